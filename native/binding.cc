@@ -1,0 +1,370 @@
+// Node-API marshalling only: JS values in, plain C++ structs to the kernel-facing classes,
+// results back out. No policy and no system calls beyond what those classes do.
+#include <napi.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include <memory>
+
+#include "netns.h"
+#include "netns_executor.h"
+#include "nft_runner.h"
+#include "steps.h"
+
+namespace ana {
+namespace {
+
+constexpr unsigned kWorkerThreads = 4;
+
+Napi::Error ToJsError(Napi::Env env, const SysError& e) {
+  std::string code = uv_err_name(-e.errnum);
+  std::string message = code + ": " + strerror(e.errnum) + ", " + e.syscall;
+  if (!e.path.empty()) message += " '" + e.path + "'";
+  if (!e.detail.empty()) message += ": " + e.detail;
+  Napi::Error err = Napi::Error::New(env, message);
+  err.Set("code", code);
+  err.Set("errno", Napi::Number::New(env, -e.errnum));
+  err.Set("syscall", e.syscall);
+  if (!e.path.empty()) err.Set("path", e.path);
+  if (!e.detail.empty()) err.Set("detail", e.detail);
+  return err;
+}
+
+struct AddonState {
+  std::unique_ptr<NetnsExecutor> executor;
+  SysError executor_error;
+  Napi::ThreadSafeFunction tsfn;
+  size_t pending = 0;  // jobs in flight; the loop is kept alive only while this is non-zero
+  bool closing = false;
+};
+
+class StepsJob : public NetnsJob {
+ public:
+  StepsJob(Napi::Env env, AddonState* state) : deferred(Napi::Promise::Deferred::New(env)), state(state) {}
+
+  void RunInside() override { ok = RunSteps(steps, &results, &failed_step, &error); }
+
+  void Complete(std::unique_ptr<NetnsJob> self) override {
+    auto* job = static_cast<StepsJob*>(self.release());
+    napi_status status = state->tsfn.NonBlockingCall(job, [](Napi::Env env, Napi::Function, StepsJob* j) {
+      std::unique_ptr<StepsJob> owned(j);
+      owned->Settle(env);
+    });
+    if (status != napi_ok) delete job;  // the environment is going away; nobody is waiting
+  }
+
+  void Settle(Napi::Env env);
+
+  Napi::Promise::Deferred deferred;
+  AddonState* state;
+  std::vector<Step> steps;
+  std::vector<StepResult> results;
+  size_t failed_step = 0;
+  SysError error;
+  bool ok = false;
+};
+
+Napi::Object RuleToJs(Napi::Env env, const FwmarkRule& r) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("family", Napi::Number::New(env, r.family == AF_INET6 ? 6 : 4));
+  o.Set("mark", r.mark);
+  o.Set("mask", r.mask);
+  o.Set("priority", r.priority);
+  o.Set("table", r.table);
+  return o;
+}
+
+Napi::Object RouteToJs(Napi::Env env, const RouteEntry& r) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("family", Napi::Number::New(env, r.family == AF_INET6 ? 6 : 4));
+  o.Set("dst", r.dst);
+  o.Set("dstLen", r.dst_len);
+  o.Set("type", r.type);
+  o.Set("dev", r.dev);
+  o.Set("table", r.table);
+  return o;
+}
+
+Napi::Object ResultToJs(Napi::Env env, const Step& step, const StepResult& r) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("op", step.name);
+  switch (step.op) {
+    case StepOp::kNft: o.Set("output", r.output); break;
+    case StepOp::kSocket: o.Set("fd", r.fd); break;
+    case StepOp::kDeviceHasIpv6: o.Set("hasIpv6", r.flag); break;
+    case StepOp::kNetnsId:
+      o.Set("ino", static_cast<double>(r.netns.ino));
+      o.Set("dev", static_cast<double>(r.netns.dev));
+      break;
+    case StepOp::kExec:
+      o.Set("exitCode", r.spawn.exit_code);
+      o.Set("signal", r.spawn.signal);
+      o.Set("stdout", r.spawn.out);
+      o.Set("stderr", r.spawn.err);
+      break;
+    case StepOp::kListFwmarkRules: {
+      Napi::Array arr = Napi::Array::New(env, r.rules.size());
+      for (size_t i = 0; i < r.rules.size(); i++) arr.Set(i, RuleToJs(env, r.rules[i]));
+      o.Set("rules", arr);
+      break;
+    }
+    case StepOp::kListRoutes: {
+      Napi::Array arr = Napi::Array::New(env, r.routes.size());
+      for (size_t i = 0; i < r.routes.size(); i++) arr.Set(i, RouteToJs(env, r.routes[i]));
+      o.Set("routes", arr);
+      break;
+    }
+    default:
+      o.Set("changed", r.changed);
+      o.Set("skipped", r.skipped);
+      break;
+  }
+  return o;
+}
+
+void StepsJob::Settle(Napi::Env env) {
+  Napi::HandleScope scope(env);
+  if (--state->pending == 0 && !state->closing) state->tsfn.Unref(env);
+  if (enter_error) {
+    Napi::Error err = ToJsError(env, enter_error);
+    err.Set("step", Napi::Number::New(env, -1));
+    deferred.Reject(err.Value());
+    return;
+  }
+  if (!ok) {
+    Napi::Error err = ToJsError(env, error);
+    err.Set("step", static_cast<double>(failed_step));
+    err.Set("op", steps[failed_step].name);
+    deferred.Reject(err.Value());
+    return;
+  }
+  Napi::Array out = Napi::Array::New(env, results.size());
+  for (size_t i = 0; i < results.size(); i++) out.Set(i, ResultToJs(env, steps[i], results[i]));
+  deferred.Resolve(out);
+}
+
+// ---- argument parsing (TypeScript validates first; these checks are the backstop) ----
+
+std::string GetString(const Napi::Object& o, const char* key) {
+  Napi::Value v = o.Get(key);
+  if (!v.IsString()) throw Napi::TypeError::New(o.Env(), std::string("step.") + key + " must be a string");
+  return v.As<Napi::String>().Utf8Value();
+}
+
+uint32_t GetUint(const Napi::Object& o, const char* key) {
+  Napi::Value v = o.Get(key);
+  if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), std::string("step.") + key + " must be a number");
+  return v.As<Napi::Number>().Uint32Value();
+}
+
+uint32_t GetUintOr(const Napi::Object& o, const char* key, uint32_t fallback) {
+  return o.Get(key).IsUndefined() ? fallback : GetUint(o, key);
+}
+
+int GetFamily(const Napi::Object& o) {
+  uint32_t f = GetUint(o, "family");
+  if (f != 4 && f != 6) throw Napi::TypeError::New(o.Env(), "step.family must be 4 or 6");
+  return f == 6 ? AF_INET6 : AF_INET;
+}
+
+bool GetBoolOr(const Napi::Object& o, const char* key, bool fallback) {
+  Napi::Value v = o.Get(key);
+  return v.IsBoolean() ? v.As<Napi::Boolean>().Value() : fallback;
+}
+
+void ParseSocket(const Napi::Object& o, SocketSpec* s) {
+  s->family = GetFamily(o);
+  std::string type = GetString(o, "type");
+  if (type != "tcp" && type != "udp") throw Napi::TypeError::New(o.Env(), "step.type must be tcp or udp");
+  s->type = type == "tcp" ? SOCK_STREAM : SOCK_DGRAM;
+  if (!o.Get("mark").IsUndefined()) {
+    s->set_mark = true;
+    s->mark = GetUint(o, "mark");
+  }
+  if (!o.Get("bindAddress").IsUndefined()) {
+    s->bind_address = GetString(o, "bindAddress");
+    s->bind_port = static_cast<uint16_t>(GetUintOr(o, "bindPort", 0));
+  }
+  if (!o.Get("listen").IsUndefined()) s->listen_backlog = static_cast<int>(GetUint(o, "listen"));
+  if (!o.Get("connectAddress").IsUndefined()) {
+    s->connect_address = GetString(o, "connectAddress");
+    s->connect_port = static_cast<uint16_t>(GetUint(o, "connectPort"));
+    s->connect_timeout_ms = static_cast<int>(GetUintOr(o, "timeoutMs", 5000));
+  }
+}
+
+void ParseExec(const Napi::Object& o, Step* s) {
+  Napi::Value argv = o.Get("argv");
+  if (!argv.IsArray()) throw Napi::TypeError::New(o.Env(), "step.argv must be an array of strings");
+  Napi::Array arr = argv.As<Napi::Array>();
+  for (uint32_t i = 0; i < arr.Length(); i++) {
+    Napi::Value a = arr.Get(i);
+    if (!a.IsString()) throw Napi::TypeError::New(o.Env(), "step.argv must be an array of strings");
+    s->argv.push_back(a.As<Napi::String>().Utf8Value());
+  }
+  if (!o.Get("input").IsUndefined()) s->input = GetString(o, "input");
+  s->timeout_ms = static_cast<int>(GetUintOr(o, "timeoutMs", 30000));
+}
+
+void ParseRule(const Napi::Object& o, Step* s) {
+  s->rule.family = GetFamily(o);
+  s->rule.mark = GetUint(o, "mark");
+  s->rule.mask = GetUint(o, "mask");
+  s->rule.priority = GetUint(o, "priority");
+  s->rule.table = GetUint(o, "table");
+}
+
+Step ParseStep(const Napi::Object& o) {
+  Step s;
+  s.name = GetString(o, "op");
+  const std::string& op = s.name;
+  if (op == "nft") {
+    s.op = StepOp::kNft;
+    s.script = GetString(o, "script");
+    s.stateless = GetBoolOr(o, "stateless", true);
+  } else if (op == "addFwmarkRule" || op == "deleteFwmarkRule") {
+    s.op = op == "addFwmarkRule" ? StepOp::kAddFwmarkRule : StepOp::kDeleteFwmarkRule;
+    ParseRule(o, &s);
+  } else if (op == "replaceLocalRoute" || op == "deleteLocalRoute") {
+    s.op = op == "replaceLocalRoute" ? StepOp::kReplaceLocalRoute : StepOp::kDeleteLocalRoute;
+    s.family = GetFamily(o);
+    s.table = GetUint(o, "table");
+    s.dev = GetString(o, "dev");
+    s.skip_without_ipv6 = GetBoolOr(o, "skipWithoutIpv6", false);
+  } else if (op == "listFwmarkRules") {
+    s.op = StepOp::kListFwmarkRules;
+    s.family = GetFamily(o);
+  } else if (op == "listRoutes") {
+    s.op = StepOp::kListRoutes;
+    s.family = GetFamily(o);
+    s.table = GetUint(o, "table");
+  } else if (op == "deviceHasIpv6") {
+    s.op = StepOp::kDeviceHasIpv6;
+    s.dev = GetString(o, "dev");
+  } else if (op == "socket") {
+    s.op = StepOp::kSocket;
+    ParseSocket(o, &s.socket);
+  } else if (op == "exec") {
+    s.op = StepOp::kExec;
+    ParseExec(o, &s);
+  } else if (op == "netnsId") {
+    s.op = StepOp::kNetnsId;
+  } else {
+    throw Napi::TypeError::New(o.Env(), "unknown step op: " + op);
+  }
+  return s;
+}
+
+// ---- exports ----
+
+AddonState* State(Napi::Env env) { return env.GetInstanceData<AddonState>(); }
+
+Napi::Value OpenNetnsJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) throw Napi::TypeError::New(env, "openNetns(path): path must be a string");
+  NetnsId id;
+  SysError err;
+  int fd = OpenNetns(info[0].As<Napi::String>().Utf8Value(), &id, &err);
+  if (fd < 0) throw ToJsError(env, err);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("fd", fd);
+  o.Set("ino", static_cast<double>(id.ino));
+  o.Set("dev", static_cast<double>(id.dev));
+  return o;
+}
+
+Napi::Value CloseFdJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber()) throw Napi::TypeError::New(env, "closeFd(fd): fd must be a number");
+  if (close(info[0].As<Napi::Number>().Int32Value()) != 0) {
+    throw ToJsError(env, SysError::FromErrno(errno, "close"));
+  }
+  return env.Undefined();
+}
+
+std::unique_ptr<StepsJob> MakeJob(const Napi::CallbackInfo& info, AddonState* state) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber() && !info[0].IsNull()) {
+    throw Napi::TypeError::New(env, "runInNetns(fd|null, steps): fd must be a number or null");
+  }
+  if (!info[1].IsArray()) throw Napi::TypeError::New(env, "runInNetns(fd|null, steps): steps must be an array");
+  auto job = std::make_unique<StepsJob>(env, state);
+  Napi::Array steps = info[1].As<Napi::Array>();
+  for (uint32_t i = 0; i < steps.Length(); i++) {
+    Napi::Value v = steps.Get(i);
+    if (!v.IsObject()) throw Napi::TypeError::New(env, "runInNetns: every step must be an object");
+    job->steps.push_back(ParseStep(v.As<Napi::Object>()));
+  }
+  if (info[2].IsObject()) job->poison_return = GetBoolOr(info[2].As<Napi::Object>(), "poisonReturn", false);
+  if (info[0].IsNumber()) {
+    // The job keeps its own duplicate so JS may close its fd while the job waits in the queue.
+    job->target_fd = fcntl(info[0].As<Napi::Number>().Int32Value(), F_DUPFD_CLOEXEC, 0);
+    if (job->target_fd < 0) throw ToJsError(env, SysError::FromErrno(errno, "fcntl", "F_DUPFD_CLOEXEC"));
+  }
+  return job;
+}
+
+Napi::Value RunInNetnsJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  AddonState* state = State(env);
+  if (!state->executor || state->executor_error) throw ToJsError(env, state->executor_error);
+  std::unique_ptr<StepsJob> job = MakeJob(info, state);
+  Napi::Promise promise = job->deferred.Promise();
+  if (state->pending++ == 0) state->tsfn.Ref(env);
+  state->executor->Submit(std::move(job));
+  return promise;
+}
+
+Napi::Value WarmUpJs(const Napi::CallbackInfo& info) {
+  NftRunner::WarmUp();
+  return info.Env().Undefined();
+}
+
+Napi::Value ExecutorStatsJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  AddonState* state = State(env);
+  if (!state->executor) return o;
+  ExecutorStats s = state->executor->Stats();
+  o.Set("threadsStarted", s.threads_started);
+  o.Set("threadsRetired", s.threads_retired);
+  o.Set("threadsAlive", s.threads_alive);
+  o.Set("jobsRun", static_cast<double>(s.jobs_run));
+  o.Set("pending", static_cast<double>(state->pending));
+  return o;
+}
+
+void Cleanup(void* arg) {
+  auto* state = static_cast<AddonState*>(arg);
+  state->closing = true;
+  if (state->executor) state->executor->Stop();
+  state->tsfn.Release();
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  auto* state = new AddonState();
+  state->executor = std::make_unique<NetnsExecutor>(kWorkerThreads, &state->executor_error);
+  Napi::Function noop = Napi::Function::New(env, [](const Napi::CallbackInfo&) {});
+  state->tsfn = Napi::ThreadSafeFunction::New(env, noop, "ambient-netns", 0, 1);
+  state->tsfn.Unref(env);
+  env.SetInstanceData<AddonState>(state);
+  napi_add_env_cleanup_hook(env, Cleanup, state);
+
+  exports.Set("openNetns", Napi::Function::New(env, OpenNetnsJs, "openNetns"));
+  exports.Set("closeFd", Napi::Function::New(env, CloseFdJs, "closeFd"));
+  exports.Set("runInNetns", Napi::Function::New(env, RunInNetnsJs, "runInNetns"));
+  exports.Set("warmUp", Napi::Function::New(env, WarmUpJs, "warmUp"));
+  exports.Set("executorStats", Napi::Function::New(env, ExecutorStatsJs, "executorStats"));
+  return exports;
+}
+
+}  // namespace
+}  // namespace ana
+
+static Napi::Object InitAmbientNative(Napi::Env env, Napi::Object exports) {
+  return ana::Init(env, exports);
+}
+
+NODE_API_MODULE(ambient_native, InitAmbientNative)

@@ -1,0 +1,72 @@
+#include "netns.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/nsfs.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace ana {
+
+int OpenNetns(const std::string& path, NetnsId* id, SysError* err) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *err = SysError::FromErrno(errno, "open", path);
+    return -1;
+  }
+  int type = ioctl(fd, NS_GET_NSTYPE);
+  if (type != CLONE_NEWNET) {
+    // ENOTTY: not a namespace file at all; a namespace of another type is just as wrong.
+    *err = SysError::FromErrno(EINVAL, "ioctl", path, "not a network namespace");
+    close(fd);
+    return -1;
+  }
+  if (!StatNetnsFd(fd, id, err)) {
+    err->path = path;
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool StatNetnsFd(int fd, NetnsId* id, SysError* err) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    *err = SysError::FromErrno(errno, "fstat");
+    return false;
+  }
+  id->ino = st.st_ino;
+  id->dev = st.st_dev;
+  return true;
+}
+
+bool CurrentThreadNetns(NetnsId* id, SysError* err) {
+  struct stat st;
+  if (stat("/proc/thread-self/ns/net", &st) != 0) {
+    *err = SysError::FromErrno(errno, "stat", "/proc/thread-self/ns/net");
+    return false;
+  }
+  id->ino = st.st_ino;
+  id->dev = st.st_dev;
+  return true;
+}
+
+bool EnterNetns(int fd, SysError* err) {
+  if (setns(fd, CLONE_NEWNET) != 0) {
+    *err = SysError::FromErrno(errno, "setns");
+    return false;
+  }
+  return true;
+}
+
+bool EnterFreshNetns(SysError* err) {
+  if (unshare(CLONE_NEWNET) != 0) {
+    *err = SysError::FromErrno(errno, "unshare");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace ana

@@ -1,0 +1,30 @@
+// Opening network namespace files and switching the calling thread between them.
+#pragma once
+
+#include <string>
+
+#include "sys_error.h"
+
+namespace ana {
+
+struct NetnsId {
+  unsigned long long ino = 0;
+  unsigned long long dev = 0;
+};
+
+// Opens a netns file (for example /var/run/netns/x or /proc/<pid>/ns/net) with O_CLOEXEC and
+// checks, with NS_GET_NSTYPE, that it really is a network namespace. Returns the fd or -1.
+int OpenNetns(const std::string& path, NetnsId* id, SysError* err);
+
+bool StatNetnsFd(int fd, NetnsId* id, SysError* err);
+
+// The network namespace of the calling thread (not the process: threads can differ).
+bool CurrentThreadNetns(NetnsId* id, SysError* err);
+
+// setns(fd, CLONE_NEWNET) for the calling thread.
+bool EnterNetns(int fd, SysError* err);
+
+// unshare(CLONE_NEWNET): moves the calling thread into a brand-new, private namespace.
+bool EnterFreshNetns(SysError* err);
+
+}  // namespace ana

@@ -1,0 +1,126 @@
+#include "netns_executor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace ana {
+
+void NetnsJob::CloseTarget() {
+  if (target_fd >= 0) close(target_fd);
+  target_fd = -1;
+}
+
+NetnsExecutor::NetnsExecutor(unsigned threads, SysError* err) {
+  home_fd_ = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (home_fd_ < 0) {
+    *err = SysError::FromErrno(errno, "open", "/proc/thread-self/ns/net");
+    return;
+  }
+  if (!StatNetnsFd(home_fd_, &home_id_, err)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (unsigned i = 0; i < threads; i++) StartWorkerLocked();
+}
+
+NetnsExecutor::~NetnsExecutor() {
+  Stop();
+  if (home_fd_ >= 0) close(home_fd_);
+}
+
+void NetnsExecutor::StartWorkerLocked() {
+  workers_.emplace_back([this] { WorkerMain(); });
+  stats_.threads_started++;
+  stats_.threads_alive++;
+}
+
+void NetnsExecutor::Submit(std::unique_ptr<NetnsJob> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;  // the job is dropped with the executor
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+void NetnsExecutor::Stop() {
+  std::vector<std::thread> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && workers_.empty()) return;
+    stopping_ = true;
+    queue_.clear();
+    workers.swap(workers_);
+  }
+  cv_.notify_all();
+  for (auto& t : workers) {
+    if (t.joinable()) t.join();
+  }
+}
+
+ExecutorStats NetnsExecutor::Stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+std::unique_ptr<NetnsJob> NetnsExecutor::NextJob() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+  if (stopping_) return nullptr;
+  auto job = std::move(queue_.front());
+  queue_.pop_front();
+  return job;
+}
+
+bool NetnsExecutor::ReturnHome() {
+  SysError err;
+  NetnsId now;
+  return EnterNetns(home_fd_, &err) && CurrentThreadNetns(&now, &err) && now.ino == home_id_.ino &&
+         now.dev == home_id_.dev;
+}
+
+// Returns false when the thread could not get back to its home namespace.
+bool NetnsExecutor::RunJob(NetnsJob* job) {
+  bool entered = job->target_fd >= 0 ? EnterNetns(job->target_fd, &job->enter_error)
+                                     : EnterFreshNetns(&job->enter_error);
+  // A failed setns/unshare leaves the thread where it was, so only a successful entry needs
+  // the way back.
+  if (!entered) return true;
+  job->RunInside();
+  if (job->poison_return) return false;
+  return ReturnHome();
+}
+
+void NetnsExecutor::WorkerMain() {
+  // A worker that cannot even reach home at birth is not replaced: that would loop forever.
+  if (!ReturnHome()) return Retire(false);
+  bool healthy = true;
+  while (healthy) {
+    std::unique_ptr<NetnsJob> job = NextJob();
+    if (!job) return Retire(false);
+    healthy = RunJob(job.get());
+    job->CloseTarget();
+    NetnsJob* raw = job.get();
+    raw->Complete(std::move(job));
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.jobs_run++;
+  }
+  // This thread may sit in a foreign namespace forever, so it must never take another job.
+  Retire(true);
+}
+
+void NetnsExecutor::Retire(bool respawn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.threads_alive--;
+  if (stopping_) return;  // Stop() owns and joins the remaining threads
+  stats_.threads_retired++;
+  for (auto it = workers_.begin(); it != workers_.end(); ++it) {
+    if (it->get_id() == std::this_thread::get_id()) {
+      it->detach();  // the thread ends as soon as this function returns
+      workers_.erase(it);
+      break;
+    }
+  }
+  if (respawn) StartWorkerLocked();
+}
+
+}  // namespace ana

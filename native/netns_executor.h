@@ -1,0 +1,77 @@
+// A small pool of threads that the addon owns and that exist only to run work inside other
+// network namespaces. The JS thread and libuv's pool never call setns: a pool thread left in a
+// pod's namespace would silently run later fs/dns work there. A worker that cannot prove it is
+// back in its home namespace after a job is retired (it exits and is replaced), never reused.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "netns.h"
+#include "sys_error.h"
+
+namespace ana {
+
+class NetnsJob {
+ public:
+  virtual ~NetnsJob() = default;
+
+  // Runs on a worker thread while it is inside the target namespace.
+  virtual void RunInside() = 0;
+  // Runs on the worker thread after it left the namespace (or failed to enter it). Takes
+  // ownership of the job and must hand the result to whoever waits for it.
+  virtual void Complete(std::unique_ptr<NetnsJob> self) = 0;
+
+  // The namespace to enter: an fd the job owns (closed when the job ends), or -1 for a
+  // fresh, private namespace that disappears when the job is done.
+  int target_fd = -1;
+  SysError enter_error;  // set when the worker could not enter the namespace
+  bool poison_return = false;  // test hook: make the way back home fail
+
+  void CloseTarget();
+};
+
+struct ExecutorStats {
+  unsigned threads_started = 0;
+  unsigned threads_retired = 0;
+  unsigned threads_alive = 0;
+  unsigned long long jobs_run = 0;
+};
+
+class NetnsExecutor {
+ public:
+  // Records the calling thread's namespace as "home"; every worker starts by switching there
+  // (a replacement may be spawned by a retiring thread that sits in a foreign namespace).
+  NetnsExecutor(unsigned threads, SysError* err);
+  ~NetnsExecutor();
+  NetnsExecutor(const NetnsExecutor&) = delete;
+  NetnsExecutor& operator=(const NetnsExecutor&) = delete;
+
+  void Submit(std::unique_ptr<NetnsJob> job);
+  // Stops taking jobs, drops queued ones and joins the workers.
+  void Stop();
+  ExecutorStats Stats();
+
+ private:
+  void StartWorkerLocked();
+  void WorkerMain();
+  std::unique_ptr<NetnsJob> NextJob();
+  bool RunJob(NetnsJob* job);
+  bool ReturnHome();
+  void Retire(bool respawn);
+
+  int home_fd_ = -1;
+  NetnsId home_id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<NetnsJob>> queue_;
+  std::vector<std::thread> workers_;
+  bool stopping_ = false;
+  ExecutorStats stats_;
+};
+
+}  // namespace ana

@@ -1,0 +1,70 @@
+// rtnetlink requests for the in-pod routing that goes with the redirection rules: the fwmark
+// ip rule and the local default route in a dedicated table. Each Rtnl is opened in (and stays
+// bound to) the namespace of the thread that opens it.
+#pragma once
+
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+#include "sys_error.h"
+
+struct mnl_socket;
+struct nlmsghdr;
+
+namespace ana {
+
+struct FwmarkRule {
+  int family = 0;  // AF_INET or AF_INET6
+  uint32_t mark = 0;
+  uint32_t mask = 0;
+  uint32_t priority = 0;
+  uint32_t table = 0;
+};
+
+struct RouteEntry {
+  int family = 0;
+  std::string dst;  // textual address, "0.0.0.0" or "::" for the default route
+  unsigned dst_len = 0;
+  unsigned type = 0;  // RTN_* value
+  std::string dev;    // output interface name, "" when none
+  uint32_t table = 0;
+};
+
+class Rtnl {
+ public:
+  Rtnl() = default;
+  ~Rtnl();
+  Rtnl(const Rtnl&) = delete;
+  Rtnl& operator=(const Rtnl&) = delete;
+
+  bool Open(SysError* err);
+
+  // Idempotent: adding what exists or deleting what is gone succeeds with *changed = false.
+  // (Istio treats "already gone" as an error and retries forever, istio/istio#58293.)
+  bool AddFwmarkRule(const FwmarkRule& rule, bool* changed, SysError* err);
+  bool DeleteFwmarkRule(const FwmarkRule& rule, bool* changed, SysError* err);
+  bool ReplaceLocalDefaultRoute(int family, uint32_t table, const std::string& dev, SysError* err);
+  bool DeleteLocalDefaultRoute(int family, uint32_t table, const std::string& dev, bool* changed,
+                               SysError* err);
+
+  bool ListFwmarkRules(int family, std::vector<FwmarkRule>* out, SysError* err);
+  bool ListRoutes(int family, uint32_t table, std::vector<RouteEntry>* out, SysError* err);
+  bool DeviceHasIpv6Address(const std::string& dev, bool* has, SysError* err);
+
+ private:
+  // Sends one request and reads its ack; the kernel's errno (0 on success) goes to *kernel_errno.
+  bool Transact(nlmsghdr* nlh, int* kernel_errno, SysError* err);
+  bool Dump(nlmsghdr* nlh, int (*cb)(const nlmsghdr*, void*), void* data, SysError* err);
+  bool FwmarkRuleRequest(uint16_t type, uint16_t flags, const FwmarkRule& rule, int* kernel_errno,
+                         SysError* err);
+  bool LocalRouteRequest(uint16_t type, uint16_t flags, int family, uint32_t table,
+                         const std::string& dev, int* kernel_errno, SysError* err);
+
+  mnl_socket* sock_ = nullptr;
+  uint32_t port_id_ = 0;
+  uint32_t seq_ = 0;
+};
+
+}  // namespace ana

@@ -1,0 +1,85 @@
+#include "steps.h"
+
+#include <unistd.h>
+
+#include "nft_runner.h"
+
+namespace ana {
+namespace {
+
+// Opened lazily: a job with only nft steps never pays for an rtnetlink socket.
+class LazyRtnl {
+ public:
+  Rtnl* Get(SysError* err) {
+    if (!opened_ && !rtnl_.Open(err)) return nullptr;
+    opened_ = true;
+    return &rtnl_;
+  }
+
+ private:
+  Rtnl rtnl_;
+  bool opened_ = false;
+};
+
+bool ReplaceRoute(Rtnl* rtnl, const Step& s, StepResult* r, SysError* err) {
+  if (s.skip_without_ipv6) {
+    bool has = false;
+    if (!rtnl->DeviceHasIpv6Address(s.dev, &has, err)) return false;
+    if (!has) {
+      r->skipped = true;
+      return true;
+    }
+  }
+  r->changed = true;
+  return rtnl->ReplaceLocalDefaultRoute(s.family, s.table, s.dev, err);
+}
+
+bool RunRouting(const Step& s, LazyRtnl* lazy, StepResult* r, SysError* err) {
+  Rtnl* rtnl = lazy->Get(err);
+  if (!rtnl) return false;
+  switch (s.op) {
+    case StepOp::kAddFwmarkRule: return rtnl->AddFwmarkRule(s.rule, &r->changed, err);
+    case StepOp::kDeleteFwmarkRule: return rtnl->DeleteFwmarkRule(s.rule, &r->changed, err);
+    case StepOp::kReplaceLocalRoute: return ReplaceRoute(rtnl, s, r, err);
+    case StepOp::kDeleteLocalRoute:
+      return rtnl->DeleteLocalDefaultRoute(s.family, s.table, s.dev, &r->changed, err);
+    case StepOp::kListFwmarkRules: return rtnl->ListFwmarkRules(s.family, &r->rules, err);
+    case StepOp::kListRoutes: return rtnl->ListRoutes(s.family, s.table, &r->routes, err);
+    case StepOp::kDeviceHasIpv6: return rtnl->DeviceHasIpv6Address(s.dev, &r->flag, err);
+    default: break;
+  }
+  *err = SysError::FromErrno(EINVAL, "step", s.name, "not a routing step");
+  return false;
+}
+
+bool RunStep(const Step& s, LazyRtnl* rtnl, StepResult* r, SysError* err) {
+  switch (s.op) {
+    case StepOp::kNft: return NftRunner::Run(s.script, s.stateless, &r->output, err);
+    case StepOp::kSocket:
+      r->fd = CreateSocket(s.socket, err);
+      return r->fd >= 0;
+    case StepOp::kExec: return SpawnAndWait(s.argv, s.input, s.timeout_ms, &r->spawn, err);
+    case StepOp::kNetnsId: return CurrentThreadNetns(&r->netns, err);
+    default: return RunRouting(s, rtnl, r, err);
+  }
+}
+
+}  // namespace
+
+bool RunSteps(const std::vector<Step>& steps, std::vector<StepResult>* results, size_t* failed_step,
+              SysError* err) {
+  LazyRtnl rtnl;
+  results->assign(steps.size(), StepResult{});
+  for (size_t i = 0; i < steps.size(); i++) {
+    if (RunStep(steps[i], &rtnl, &(*results)[i], err)) continue;
+    *failed_step = i;
+    for (auto& r : *results) {
+      if (r.fd >= 0) close(r.fd);
+      r.fd = -1;
+    }
+    return false;
+  }
+  return true;
+}
+
+}  // namespace ana

@@ -1,0 +1,66 @@
+// The operations a job can perform inside one network namespace, in order. TypeScript decides
+// what to do and in which order (policy); this file only carries it out (mechanism).
+#pragma once
+
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+#include "marked_socket.h"
+#include "netns.h"
+#include "rtnl.h"
+#include "spawn.h"
+#include "sys_error.h"
+
+namespace ana {
+
+enum class StepOp {
+  kNft,                 // run an nft script (transaction or list command)
+  kAddFwmarkRule,
+  kDeleteFwmarkRule,
+  kReplaceLocalRoute,
+  kDeleteLocalRoute,
+  kListFwmarkRules,
+  kListRoutes,
+  kDeviceHasIpv6,
+  kSocket,
+  kExec,
+  kNetnsId,             // report the namespace the step runs in
+};
+
+struct Step {
+  StepOp op = StepOp::kNft;
+  std::string name;       // the op's name as TypeScript spelled it, for error reports
+  std::string script;     // kNft
+  bool stateless = true;  // kNft: omit counter values from listings
+  FwmarkRule rule;        // fwmark rule ops (family in rule.family)
+  int family = 0;         // route/list ops
+  uint32_t table = 0;
+  std::string dev;
+  bool skip_without_ipv6 = false;  // kReplaceLocalRoute: skip when dev has no IPv6 address
+  SocketSpec socket;
+  std::vector<std::string> argv;   // kExec
+  std::string input;
+  int timeout_ms = 30000;
+};
+
+struct StepResult {
+  bool changed = false;
+  bool skipped = false;
+  bool flag = false;      // kDeviceHasIpv6
+  std::string output;     // kNft
+  int fd = -1;            // kSocket
+  std::vector<FwmarkRule> rules;
+  std::vector<RouteEntry> routes;
+  SpawnResult spawn;
+  NetnsId netns;
+};
+
+// Runs the steps in order on the calling thread, stopping at the first failure. On failure
+// *failed_step is its index and every fd the earlier steps created is closed again, so a
+// failed job leaks nothing.
+bool RunSteps(const std::vector<Step>& steps, std::vector<StepResult>* results, size_t* failed_step,
+              SysError* err);
+
+}  // namespace ana

@@ -1,0 +1,83 @@
+// The raw native module: its exact shape, and the one place that loads it. Nothing else in
+// the project touches the .node file.
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Step } from './steps.js';
+
+export interface RawNetnsInfo { fd: number; ino: number; dev: number }
+export interface RawExecutorStats {
+  threadsStarted: number;
+  threadsRetired: number;
+  threadsAlive: number;
+  jobsRun: number;
+  pending: number;
+}
+
+export interface RawAddon {
+  openNetns(path: string): RawNetnsInfo;
+  closeFd(fd: number): void;
+  /** `fd` null runs the steps in a fresh, private namespace that vanishes afterwards. */
+  runInNetns(fd: number | null, steps: readonly Step[], options?: { poisonReturn?: boolean }): Promise<unknown[]>;
+  warmUp(): void;
+  executorStats(): RawExecutorStats;
+}
+
+const ADDON_FILE = 'ambient_native.node';
+
+function projectRoot(): string {
+  // Works from src/addon (vitest) and from dist/src/addon (compiled): walk up to package.json.
+  let dir = dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(join(dir, 'package.json')) && dirname(dir) !== dir) dir = dirname(dir);
+  return dir;
+}
+
+export function addonCandidates(root = projectRoot()): string[] {
+  const fromEnv = process.env['AMBIENT_NATIVE_ADDON'];
+  return [
+    ...(fromEnv ? [resolve(fromEnv)] : []),
+    join(root, 'build', 'Release', ADDON_FILE),
+    join(root, 'build', 'Debug', ADDON_FILE),
+  ];
+}
+
+function explain(tried: string[], failures: string[]): string {
+  const hints = [
+    process.platform !== 'linux' ? `this addon needs Linux (running on ${process.platform})` : '',
+    failures.some((f) => f.includes('libnftables'))
+      ? 'libnftables is missing: apt-get install libnftables1 (or run scripts/bootstrap.sh)'
+      : '',
+    failures.some((f) => f.includes('NODE_MODULE_VERSION'))
+      ? `the addon was built for another Node.js ABI (this is ${process.version}, ABI ${process.versions.modules}): npm run build:native`
+      : '',
+    tried.every((p) => !existsSync(p)) ? 'the addon is not built: npm run build:native' : '',
+  ].filter(Boolean);
+  return [
+    'could not load the ambient-node-agent native addon.',
+    ...tried.map((p, i) => `  tried ${p}: ${failures[i] ?? 'not found'}`),
+    ...hints.map((h) => `  hint: ${h}`),
+  ].join('\n');
+}
+
+let cached: RawAddon | undefined;
+
+export function loadRawAddon(): RawAddon {
+  if (cached) return cached;
+  const require = createRequire(import.meta.url);
+  const tried = addonCandidates();
+  const failures: string[] = [];
+  for (const candidate of tried) {
+    if (!existsSync(candidate)) {
+      failures.push('not found');
+      continue;
+    }
+    try {
+      cached = require(candidate) as RawAddon;
+      return cached;
+    } catch (err) {
+      failures.push(err instanceof Error ? err.message.split('\n')[0] ?? err.message : String(err));
+    }
+  }
+  throw new Error(explain(tried, failures));
+}

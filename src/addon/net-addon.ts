@@ -1,0 +1,94 @@
+// The typed facade over the addon. Everything above this file talks to the kernel through the
+// NetAddon interface, which the real addon and the test fake both implement.
+import { readdirSync, statSync } from 'node:fs';
+import { loadRawAddon, type RawAddon, type RawExecutorStats } from './binding.js';
+import type { ResultsOf, Step } from './steps.js';
+
+export interface NetnsIdentity { ino: number; dev: number }
+
+/** An open network namespace. Holding the fd keeps the namespace alive. */
+export interface NetnsHandle extends NetnsIdentity {
+  readonly fd: number;
+  readonly path: string;
+  readonly closed: boolean;
+  /** Closes the fd exactly once; later calls do nothing. */
+  close(): void;
+}
+
+/** Where a step list runs: an open namespace, or a fresh private one that vanishes afterwards. */
+export type NetnsTarget = NetnsHandle | 'fresh';
+
+export interface NetAddon {
+  openNetns(path: string): NetnsHandle;
+  run<const S extends readonly Step[]>(target: NetnsTarget, steps: S): Promise<ResultsOf<S>>;
+  /** Pays libnftables' one-time initialisation so the first pod does not. */
+  warmUp(): void;
+  stats(): RawExecutorStats;
+}
+
+class NativeNetnsHandle implements NetnsHandle {
+  #closed = false;
+  constructor(
+    private readonly raw: RawAddon,
+    readonly fd: number,
+    readonly ino: number,
+    readonly dev: number,
+    readonly path: string,
+  ) {}
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.raw.closeFd(this.fd);
+  }
+}
+
+export class NativeNetAddon implements NetAddon {
+  constructor(private readonly raw: RawAddon = loadRawAddon()) {}
+
+  openNetns(path: string): NetnsHandle {
+    const info = this.raw.openNetns(path);
+    return new NativeNetnsHandle(this.raw, info.fd, info.ino, info.dev, path);
+  }
+
+  run<const S extends readonly Step[]>(target: NetnsTarget, steps: S): Promise<ResultsOf<S>> {
+    if (target !== 'fresh' && target.closed) {
+      return Promise.reject(new Error(`netns ${target.path} is already closed`));
+    }
+    const fd = target === 'fresh' ? null : target.fd;
+    return this.raw.runInNetns(fd, steps) as Promise<ResultsOf<S>>;
+  }
+
+  /** Test hook: runs the steps and then makes the worker's way home fail, so it must retire. */
+  runAndPoisonReturn(target: NetnsHandle, steps: readonly Step[]): Promise<unknown[]> {
+    return this.raw.runInNetns(target.fd, steps, { poisonReturn: true });
+  }
+
+  warmUp(): void {
+    this.raw.warmUp();
+  }
+
+  stats(): RawExecutorStats {
+    return this.raw.executorStats();
+  }
+}
+
+/** The namespace of the calling JS thread; it must never change (the addon's threads do setns). */
+export function currentThreadNetns(): NetnsIdentity {
+  const st = statSync('/proc/thread-self/ns/net');
+  return { ino: st.ino, dev: st.dev };
+}
+
+export function netnsPathForPid(pid: number, procDir = '/proc'): string {
+  if (!Number.isInteger(pid) || pid <= 0) throw new RangeError(`invalid pid: ${pid}`);
+  return `${procDir}/${pid}/ns/net`;
+}
+
+/** How many fds this process holds: used by leak tests and by the agent's diagnostics. */
+export function openFdCount(): number {
+  return readdirSync('/proc/self/fd').length;
+}

@@ -1,0 +1,78 @@
+// The operations the native addon can carry out inside one network namespace, and what each
+// returns. TypeScript composes them (policy); the addon only executes them in order (mechanism).
+
+export type Family = 4 | 6;
+
+export interface NftStep { op: 'nft'; script: string; stateless?: boolean }
+export interface FwmarkRuleSpec { family: Family; mark: number; mask: number; priority: number; table: number }
+export interface AddFwmarkRuleStep extends FwmarkRuleSpec { op: 'addFwmarkRule' }
+export interface DeleteFwmarkRuleStep extends FwmarkRuleSpec { op: 'deleteFwmarkRule' }
+export interface LocalRouteSpec { family: Family; table: number; dev: string }
+export interface ReplaceLocalRouteStep extends LocalRouteSpec {
+  op: 'replaceLocalRoute';
+  /** Skip (result.skipped) when `dev` has no IPv6 address: IPv6 disabled in the pod. */
+  skipWithoutIpv6?: boolean;
+}
+export interface DeleteLocalRouteStep extends LocalRouteSpec { op: 'deleteLocalRoute' }
+export interface ListFwmarkRulesStep { op: 'listFwmarkRules'; family: Family }
+export interface ListRoutesStep { op: 'listRoutes'; family: Family; table: number }
+export interface DeviceHasIpv6Step { op: 'deviceHasIpv6'; dev: string }
+export interface SocketStep {
+  op: 'socket';
+  family: Family;
+  type: 'tcp' | 'udp';
+  mark?: number;
+  bindAddress?: string;
+  bindPort?: number;
+  listen?: number;
+  connectAddress?: string;
+  connectPort?: number;
+  timeoutMs?: number;
+}
+export interface ExecStep { op: 'exec'; argv: string[]; input?: string; timeoutMs?: number }
+export interface NetnsIdStep { op: 'netnsId' }
+
+export type Step =
+  | NftStep
+  | AddFwmarkRuleStep
+  | DeleteFwmarkRuleStep
+  | ReplaceLocalRouteStep
+  | DeleteLocalRouteStep
+  | ListFwmarkRulesStep
+  | ListRoutesStep
+  | DeviceHasIpv6Step
+  | SocketStep
+  | ExecStep
+  | NetnsIdStep;
+
+export interface NftResult { op: 'nft'; output: string }
+export interface ChangeResult { op: string; changed: boolean; skipped: boolean }
+export interface FwmarkRuleEntry extends FwmarkRuleSpec {}
+export interface ListFwmarkRulesResult { op: 'listFwmarkRules'; rules: FwmarkRuleEntry[] }
+export interface RouteEntry { family: Family; dst: string; dstLen: number; type: number; dev: string; table: number }
+export interface ListRoutesResult { op: 'listRoutes'; routes: RouteEntry[] }
+export interface DeviceHasIpv6Result { op: 'deviceHasIpv6'; hasIpv6: boolean }
+export interface SocketResult { op: 'socket'; fd: number }
+export interface ExecResult { op: 'exec'; exitCode: number; signal: number; stdout: string; stderr: string }
+export interface NetnsIdResult { op: 'netnsId'; ino: number; dev: number }
+
+export type ResultOf<S extends Step> = S extends NftStep
+  ? NftResult
+  : S extends ListFwmarkRulesStep
+    ? ListFwmarkRulesResult
+    : S extends ListRoutesStep
+      ? ListRoutesResult
+      : S extends DeviceHasIpv6Step
+        ? DeviceHasIpv6Result
+        : S extends SocketStep
+          ? SocketResult
+          : S extends ExecStep
+            ? ExecResult
+            : S extends NetnsIdStep
+              ? NetnsIdResult
+              : ChangeResult;
+
+export type ResultsOf<S extends readonly Step[]> = { -readonly [K in keyof S]: ResultOf<S[K]> };
+
+/** RTN_LOCAL from <linux/rtnetlink.h>: the route type of `ip route ... local ...`. */
+export const RTN_LOCAL = 2;

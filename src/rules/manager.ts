@@ -1,0 +1,50 @@
+// The in-pod rule managers: what the agent calls to redirect a pod, undo it, or check it.
+import type { NetnsHandle } from '../addon/net-addon.js';
+import { isSystemError } from '../addon/errors.js';
+import type { DriftReport } from './drift.js';
+import type { PodOverrides } from './settings.js';
+
+export type Backend = 'nftables' | 'iptables';
+export type RuleOperation = 'apply' | 'remove' | 'verify';
+
+export interface InpodRuleManager {
+  readonly backend: Backend;
+  /** Installs the redirection; applying again leaves exactly one copy. */
+  apply(ns: NetnsHandle, overrides: PodOverrides): Promise<void>;
+  /** Removes everything apply added, and nothing else; removing twice succeeds. */
+  remove(ns: NetnsHandle): Promise<void>;
+  /** Reports missing or extra tables, chains, rules, ip rules and routes. */
+  verify(ns: NetnsHandle, overrides: PodOverrides): Promise<DriftReport>;
+}
+
+/**
+ * A rule operation that failed. Keeps the underlying system error's `code` so callers can
+ * still match on it (ENOENT: the netns vanished; EPERM: missing capability; ...).
+ */
+export class RuleOperationError extends Error {
+  readonly code: string;
+  constructor(
+    readonly operation: RuleOperation,
+    readonly netnsPath: string,
+    readonly backend: Backend,
+    cause: unknown,
+  ) {
+    const reason = cause instanceof Error ? cause.message : String(cause);
+    super(`${operation} ${backend} in-pod rules in ${netnsPath}: ${reason}`, { cause });
+    this.name = 'RuleOperationError';
+    this.code = isSystemError(cause) ? cause.code : 'ERR_RULES';
+  }
+}
+
+export async function wrapRuleError<T>(
+  operation: RuleOperation,
+  ns: NetnsHandle,
+  backend: Backend,
+  work: () => Promise<T>,
+): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    throw new RuleOperationError(operation, ns.path, backend, err);
+  }
+}

@@ -1,0 +1,54 @@
+// The nftables backend: one atomic libnftables transaction for the rules, then the route and
+// the ip rule, all in a single visit to the pod's namespace on an addon-owned thread.
+import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
+import { CanonicalListings, isAmbientTable, LIST_RULESET } from './canonical.js';
+import { diffRulesets, mergeDrift, type DriftReport } from './drift.js';
+import type { InpodRuleManager } from './manager.js';
+import { wrapRuleError } from './manager.js';
+import { buildInpodModel } from './model.js';
+import { parseNftListing } from './nft-listing.js';
+import { renderInpodNftables, renderInpodNftablesDelete } from './nftables.js';
+import { routingApplySteps, routingDeleteSteps, routingDrift, routingListSteps, routingStates } from './routing.js';
+import type { PodOverrides, RuleSettings } from './settings.js';
+
+export class NftablesInpodRules implements InpodRuleManager {
+  readonly backend = 'nftables' as const;
+  readonly #canonical: CanonicalListings;
+
+  constructor(
+    private readonly addon: NetAddon,
+    private readonly settings: RuleSettings,
+    canonical?: CanonicalListings,
+  ) {
+    this.#canonical = canonical ?? new CanonicalListings(addon);
+  }
+
+  /** The exact transaction text apply sends (what `nft -f` would read). */
+  script(overrides: PodOverrides): string {
+    return renderInpodNftables(buildInpodModel(this.settings, overrides));
+  }
+
+  apply(ns: NetnsHandle, overrides: PodOverrides): Promise<void> {
+    return wrapRuleError('apply', ns, this.backend, async () => {
+      await this.addon.run(ns, [{ op: 'nft', script: this.script(overrides) }, ...routingApplySteps(this.settings.ipv6)]);
+    });
+  }
+
+  remove(ns: NetnsHandle): Promise<void> {
+    return wrapRuleError('remove', ns, this.backend, async () => {
+      await this.addon.run(ns, [{ op: 'nft', script: renderInpodNftablesDelete() }, ...routingDeleteSteps(this.settings.ipv6)]);
+    });
+  }
+
+  verify(ns: NetnsHandle, overrides: PodOverrides): Promise<DriftReport> {
+    return wrapRuleError('verify', ns, this.backend, async () => {
+      const expected = await this.#canonical.get(this.script(overrides));
+      const [listed, ...routing] = await this.addon.run(ns, [
+        { op: 'nft', script: LIST_RULESET },
+        ...routingListSteps(this.settings.ipv6),
+      ]);
+      const actual = parseNftListing((listed as { output: string }).output, isAmbientTable);
+      return mergeDrift(diffRulesets(expected, actual), routingDrift(routingStates(this.settings.ipv6, routing)));
+    });
+  }
+}
