@@ -44,9 +44,12 @@ bool NftRunner::Run(const std::string& script, bool stateless, std::string* out,
   int rc = nft_run_cmd_from_buffer(nft.ctx, script.c_str());
   int saved_errno = errno;
   if (rc != 0) {
-    // Syntax errors leave errno unset; netlink failures (EPERM, ENOENT, ...) set it.
-    *err = SysError::FromErrno(saved_errno ? saved_errno : EINVAL, "nft_run_cmd_from_buffer", "",
-                               Trim(nft_ctx_get_error_buffer(nft.ctx)));
+    // errno is meaningful only when the kernel refused the batch ("Could not process rule:
+    // <strerror>"); parse and evaluation errors leave whatever a library call left behind.
+    std::string text = Trim(nft_ctx_get_error_buffer(nft.ctx));
+    bool kernel_refused = text.find("Could not process rule") != std::string::npos;
+    *err = SysError::FromErrno(kernel_refused && saved_errno ? saved_errno : EINVAL,
+                               "nft_run_cmd_from_buffer", "", text);
     return false;
   }
   *out = nft_ctx_get_output_buffer(nft.ctx);

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // The ambient-node-agent command line: dispatches to one subcommand per concern.
-import { parseRulesArgs, runRulesCommand, RULES_USAGE } from './rules-command.js';
+import type { NetAddon } from '../addon/net-addon.js';
+import { parseRulesArgs, runRulesCommand } from './rules-command.js';
 import { UsageError } from './usage-error.js';
 
 const USAGE = `usage: ambient-node-agent <command> [options]
@@ -11,12 +12,23 @@ commands:
 Run "ambient-node-agent <command> --help" for a command's options.
 `;
 
-export async function main(argv: string[], io = { out: (s: string) => process.stdout.write(s), err: (s: string) => process.stderr.write(s) }): Promise<number> {
+export interface MainIO {
+  out(text: string): void;
+  err(text: string): void;
+}
+
+const processIO: MainIO = {
+  out: (s) => void process.stdout.write(s),
+  err: (s) => void process.stderr.write(s),
+};
+
+/** Runs one command and returns its exit status: 0 ok, 1 failed or drift, 2 bad input. */
+export async function main(argv: string[], io: MainIO = processIO, addon?: NetAddon): Promise<number> {
   const [command, ...rest] = argv;
   try {
     switch (command) {
       case 'rules':
-        return await runRulesCommand(parseRulesArgs(rest), io);
+        return await runRulesCommand(parseRulesArgs(rest), io, addon);
       case undefined:
       case '-h':
       case '--help':
@@ -36,7 +48,6 @@ export async function main(argv: string[], io = { out: (s: string) => process.st
   }
 }
 
-void RULES_USAGE;
 const isEntryPoint = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;
 if (isEntryPoint) {
   main(process.argv.slice(2)).then((code) => {

@@ -1,6 +1,5 @@
 // The in-pod rule managers: what the agent calls to redirect a pod, undo it, or check it.
 import type { NetnsHandle } from '../addon/net-addon.js';
-import { isSystemError } from '../addon/errors.js';
 import type { DriftReport } from './drift.js';
 import type { PodOverrides } from './settings.js';
 
@@ -32,7 +31,8 @@ export class RuleOperationError extends Error {
     const reason = cause instanceof Error ? cause.message : String(cause);
     super(`${operation} ${backend} in-pod rules in ${netnsPath}: ${reason}`, { cause });
     this.name = 'RuleOperationError';
-    this.code = isSystemError(cause) ? cause.code : 'ERR_RULES';
+    const code = (cause as { code?: unknown } | undefined)?.code;
+    this.code = typeof code === 'string' ? code : 'ERR_RULES';
   }
 }
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Prepares a fresh Debian machine (as root) and runs the whole test suite:
+# system packages (idempotent), npm ci, build (addon + TypeScript), npm test.
+# Usage: scripts/bootstrap.sh [--no-test]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# libnftables-dev/libmnl-dev: the addon links them; nftables/iptables/iproute2: the tests use the
+# real binaries as independent witnesses; g++/make/python3: node-gyp.
+PACKAGES=(libnftables-dev libmnl-dev nftables iptables iproute2 g++ make python3)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "bootstrap: missing packages ${missing[*]}; run as root to install them" >&2
+    exit 1
+  fi
+  echo "bootstrap: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+npm ci --no-audit --no-fund
+npm run build
+
+if [[ ${1:-} != --no-test ]]; then
+  npm test
+fi

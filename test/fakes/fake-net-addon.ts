@@ -1,0 +1,133 @@
+// A fake of the native addon behind the same NetAddon interface. It keeps a tiny model of each
+// namespace (nft scripts applied, ip rules, routes) so policy code can be tested without root,
+// records every call, and lets a test inject failures.
+import type { RawExecutorStats } from '../../src/addon/binding.js';
+import { systemError } from '../../src/addon/errors.js';
+import type { NetAddon, NetnsHandle, NetnsTarget } from '../../src/addon/net-addon.js';
+import type { FwmarkRuleEntry, ResultsOf, RouteEntry, Step } from '../../src/addon/steps.js';
+
+export interface FakeNamespace {
+  ino: number;
+  /** Every nft script run here, in order. */
+  nftScripts: string[];
+  /** What `list ruleset` returns here. */
+  listing: string;
+  rules: FwmarkRuleEntry[];
+  routes: RouteEntry[];
+  loHasIpv6: boolean;
+  /** Canned results for exec steps, by argv[0]. */
+  exec: Map<string, { exitCode: number; stdout: string; stderr: string }>;
+}
+
+export interface RecordedRun {
+  target: string;
+  steps: Step[];
+}
+
+type Failure = (step: Step, target: string) => Error | undefined;
+
+function newNamespace(ino: number): FakeNamespace {
+  return { ino, nftScripts: [], listing: '', rules: [], routes: [], loHasIpv6: true, exec: new Map() };
+}
+
+export class FakeNetAddon implements NetAddon {
+  readonly namespaces = new Map<string, FakeNamespace>();
+  readonly notNetns = new Set<string>();
+  readonly runs: RecordedRun[] = [];
+  /** The namespace used for 'fresh' targets; its listing is what canonicalisation sees. */
+  readonly fresh: FakeNamespace = newNamespace(1);
+  failOn: Failure = () => undefined;
+  openFds = 0;
+  #nextIno = 4026532000;
+  #nextFd = 100;
+
+  addNetns(path: string): FakeNamespace {
+    const ns = newNamespace(this.#nextIno++);
+    this.namespaces.set(path, ns);
+    return ns;
+  }
+
+  openNetns(path: string): NetnsHandle {
+    if (this.notNetns.has(path)) throw systemError('EINVAL', -22, 'ioctl', `EINVAL: not a network namespace, ioctl '${path}'`, path);
+    const ns = this.namespaces.get(path);
+    if (!ns) throw systemError('ENOENT', -2, 'open', `ENOENT: no such file or directory, open '${path}'`, path);
+    this.openFds++;
+    let closed = false;
+    const close = (): void => {
+      if (!closed) this.openFds--;
+      closed = true;
+    };
+    return { fd: this.#nextFd++, ino: ns.ino, dev: 4, path, close, get closed() { return closed; } };
+  }
+
+  async run<const S extends readonly Step[]>(target: NetnsTarget, steps: S): Promise<ResultsOf<S>> {
+    const name = target === 'fresh' ? 'fresh' : target.path;
+    this.runs.push({ target: name, steps: [...steps] });
+    if (target !== 'fresh' && target.closed) throw new Error(`netns ${target.path} is already closed`);
+    const ns = target === 'fresh' ? { ...this.fresh, nftScripts: [] } : this.namespaces.get(name);
+    if (!ns) throw Object.assign(systemError('ENOENT', -2, 'setns', 'ENOENT: netns vanished, setns'), { step: -1 });
+    return steps.map((step, i) => {
+      const failure = this.failOn(step, name);
+      if (failure) throw Object.assign(failure, { step: i, op: step.op });
+      return this.#execute(ns, step);
+    }) as ResultsOf<S>;
+  }
+
+  warmUp(): void {}
+
+  stats(): RawExecutorStats {
+    return { threadsStarted: 1, threadsRetired: 0, threadsAlive: 1, jobsRun: this.runs.length, pending: 0 };
+  }
+
+  /** All steps run in `path`, flattened, in order. */
+  stepsIn(path: string): Step[] {
+    return this.runs.filter((r) => r.target === path).flatMap((r) => r.steps);
+  }
+
+  #execute(ns: FakeNamespace, step: Step): unknown {
+    switch (step.op) {
+      case 'nft':
+        if (step.script === 'list ruleset') return { op: 'nft', output: ns.listing };
+        ns.nftScripts.push(step.script);
+        return { op: 'nft', output: '' };
+      case 'addFwmarkRule': {
+        const { op: _op, ...rule } = step;
+        const exists = ns.rules.some((r) => JSON.stringify(r) === JSON.stringify(rule));
+        if (!exists) ns.rules.push(rule);
+        return { op: step.op, changed: !exists, skipped: false };
+      }
+      case 'deleteFwmarkRule': {
+        const before = ns.rules.length;
+        const { op: _op, ...rule } = step;
+        ns.rules = ns.rules.filter((r) => JSON.stringify(r) !== JSON.stringify(rule));
+        return { op: step.op, changed: ns.rules.length !== before, skipped: false };
+      }
+      case 'replaceLocalRoute': {
+        if (step.skipWithoutIpv6 && !ns.loHasIpv6) return { op: step.op, changed: false, skipped: true };
+        ns.routes = ns.routes.filter((r) => r.family !== step.family || r.table !== step.table);
+        ns.routes.push({ family: step.family, dst: step.family === 6 ? '::' : '0.0.0.0', dstLen: 0, type: 2, dev: step.dev, table: step.table });
+        return { op: step.op, changed: true, skipped: false };
+      }
+      case 'deleteLocalRoute': {
+        const before = ns.routes.length;
+        ns.routes = ns.routes.filter((r) => r.family !== step.family || r.table !== step.table);
+        return { op: step.op, changed: ns.routes.length !== before, skipped: false };
+      }
+      case 'listFwmarkRules':
+        return { op: step.op, rules: ns.rules.filter((r) => r.family === step.family) };
+      case 'listRoutes':
+        return { op: step.op, routes: ns.routes.filter((r) => r.family === step.family && r.table === step.table) };
+      case 'deviceHasIpv6':
+        return { op: step.op, hasIpv6: ns.loHasIpv6 };
+      case 'socket':
+        this.openFds++;
+        return { op: step.op, fd: this.#nextFd++ };
+      case 'exec': {
+        const canned = ns.exec.get(step.argv[0] ?? '') ?? { exitCode: 0, stdout: '', stderr: '' };
+        return { op: step.op, signal: 0, ...canned };
+      }
+      case 'netnsId':
+        return { op: step.op, ino: ns.ino, dev: 4 };
+    }
+  }
+}

@@ -1,0 +1,148 @@
+// The native addon against the real kernel: namespaces, owned threads, errors, sockets, spawn.
+import { closeSync, statSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { currentThreadNetns, NativeNetAddon, openFdCount, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { createNetns, deleteAllNetns, execIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
+
+requirePrivilegedInCi();
+const skip = privilegedSkipReason();
+
+describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}` : ''}`, () => {
+  let addon: NativeNetAddon;
+  let pod: TestNetns;
+  let handle: NetnsHandle;
+  const jsThreadNetns = currentThreadNetns();
+
+  beforeAll(() => {
+    addon = new NativeNetAddon();
+    pod = createNetns('addon');
+    handle = addon.openNetns(pod.path);
+  });
+  afterAll(() => {
+    handle?.close();
+    deleteAllNetns();
+    expect(currentThreadNetns()).toEqual(jsThreadNetns);
+  });
+
+  it('opens a netns and reports the inode and device of the namespace file', () => {
+    const st = statSync(pod.path);
+    expect(handle.ino).toBe(st.ino);
+    expect(handle.dev).toBe(st.dev);
+    const self = addon.openNetns('/proc/self/ns/net');
+    expect(self.ino).toBe(jsThreadNetns.ino);
+    self.close();
+    self.close(); // closing twice is harmless
+  });
+
+  it('fails like a Node system error: ENOENT for a missing path, EINVAL for a non-netns file', () => {
+    expect(() => addon.openNetns('/var/run/netns/does-not-exist')).toThrow(
+      expect.objectContaining({ code: 'ENOENT', errno: -2, syscall: 'open', path: '/var/run/netns/does-not-exist' }),
+    );
+    expect(() => addon.openNetns('/proc/self/ns/uts')).toThrow(
+      expect.objectContaining({ code: 'EINVAL', syscall: 'ioctl', message: expect.stringContaining('not a network namespace') }),
+    );
+    expect(() => addon.openNetns('/etc/hostname')).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+  });
+
+  it('runs steps inside the target namespace on an addon thread, never on the JS thread', async () => {
+    const [inside] = await addon.run(handle, [{ op: 'netnsId' }] as const);
+    expect(inside.ino).toBe(handle.ino);
+    const [fresh] = await addon.run('fresh', [{ op: 'netnsId' }] as const);
+    expect(fresh.ino).not.toBe(handle.ino);
+    expect(fresh.ino).not.toBe(jsThreadNetns.ino);
+    expect(currentThreadNetns()).toEqual(jsThreadNetns);
+  });
+
+  it('keeps its own reference: JS may close the handle while the job is queued', async () => {
+    const own = addon.openNetns(pod.path);
+    const pending = Array.from({ length: 20 }, () => addon.run(own, [{ op: 'netnsId' }] as const));
+    own.close();
+    const results = await Promise.all(pending);
+    expect(results.every(([r]) => r.ino === handle.ino)).toBe(true);
+    await expect(addon.run(own, [{ op: 'netnsId' }])).rejects.toThrow('already closed');
+  });
+
+  it('retires a worker whose way home fails and replaces it', async () => {
+    const before = addon.stats();
+    await addon.runAndPoisonReturn(handle, [{ op: 'netnsId' }]);
+    await new Promise((r) => setTimeout(r, 50));
+    const after = addon.stats();
+    expect(after.threadsRetired).toBe(before.threadsRetired + 1);
+    expect(after.threadsStarted).toBe(before.threadsStarted + 1);
+    expect(after.threadsAlive).toBe(before.threadsAlive);
+    // The pool still works, every job lands in its own target, and the JS thread never moved.
+    const results = await Promise.all(Array.from({ length: 16 }, () => addon.run('fresh', [{ op: 'netnsId' }] as const)));
+    expect(new Set(results.map(([r]) => r.ino)).size).toBe(16);
+    expect(currentThreadNetns()).toEqual(jsThreadNetns);
+  });
+
+  it('reports nft error text, with the step that failed', async () => {
+    const err = await addon.run(handle, [{ op: 'netnsId' }, { op: 'nft', script: 'add rule inet no-such-table c counter' }]).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'ENOENT', syscall: 'nft_run_cmd_from_buffer', step: 1, op: 'nft' });
+    expect((err as { detail: string }).detail).toContain('Could not process rule');
+    const syntax = await addon.run(handle, [{ op: 'nft', script: 'add tabel inet x' }]).catch((e: unknown) => e);
+    expect(syntax).toMatchObject({ code: 'EINVAL', detail: expect.stringContaining('syntax error') });
+  });
+
+  it('adds and deletes ip rules and routes idempotently (gone is not an error)', async () => {
+    const rule = { family: 4, mark: 0x222, mask: 0xfff, priority: 32000, table: 77 } as const;
+    const route = { family: 4, table: 77, dev: 'lo' } as const;
+    const results = await addon.run(handle, [
+      { op: 'addFwmarkRule', ...rule },
+      { op: 'addFwmarkRule', ...rule },
+      { op: 'replaceLocalRoute', ...route },
+      { op: 'replaceLocalRoute', ...route },
+      { op: 'listFwmarkRules', family: 4 },
+      { op: 'listRoutes', family: 4, table: 77 },
+      { op: 'deleteFwmarkRule', ...rule },
+      { op: 'deleteFwmarkRule', ...rule },
+      { op: 'deleteLocalRoute', ...route },
+      { op: 'deleteLocalRoute', ...route },
+    ] as const);
+    expect(results.map((r) => ('changed' in r ? r.changed : '-'))).toEqual([true, false, true, true, '-', '-', true, false, true, false]);
+    expect(results[4].rules.filter((r) => r.table === 77)).toEqual([{ ...rule }]);
+    expect(results[5].routes).toEqual([{ family: 4, dst: '0.0.0.0', dstLen: 0, type: 2, dev: 'lo', table: 77 }]);
+    expect(execIn(pod.name, ['ip', 'rule'])).not.toContain('0x222');
+  });
+
+  it('creates sockets inside the namespace with SO_MARK', async () => {
+    const [sock] = await addon.run(handle, [
+      { op: 'socket', family: 4, type: 'tcp', mark: 0x539, bindAddress: '127.0.0.1', bindPort: 15001, listen: 16 },
+    ] as const);
+    try {
+      const ss = execIn(pod.name, ['ss', '-ltne']);
+      expect(ss).toMatch(/127\.0\.0\.1:15001 .*fwmark:0x539/);
+    } finally {
+      closeSync(sock.fd);
+    }
+    const refused = await addon
+      .run(handle, [{ op: 'socket', family: 4, type: 'tcp', connectAddress: '127.0.0.1', connectPort: 15001, timeoutMs: 1000 }])
+      .catch((e: unknown) => e);
+    expect(refused).toMatchObject({ code: 'ECONNREFUSED', syscall: 'connect', op: 'socket' });
+  });
+
+  it('spawns programs inside the namespace with argv, stdin and a deadline', async () => {
+    const [links, cat] = await addon.run(handle, [
+      { op: 'exec', argv: ['ip', '-o', 'link'] },
+      { op: 'exec', argv: ['cat'], input: 'hello\n' },
+    ] as const);
+    expect(links.exitCode).toBe(0);
+    expect(links.stdout.trim().split('\n')).toHaveLength(1); // only lo: the child is in the pod netns
+    expect(cat.stdout).toBe('hello\n');
+    const slow = await addon.run(handle, [{ op: 'exec', argv: ['sleep', '5'], timeoutMs: 200 }]).catch((e: unknown) => e);
+    expect(slow).toMatchObject({ code: 'ETIMEDOUT', syscall: 'waitpid' });
+    const missing = await addon.run(handle, [{ op: 'exec', argv: ['/nonexistent/bin'] }]).catch((e: unknown) => e);
+    expect(missing).toMatchObject({ code: 'ENOENT', syscall: 'posix_spawnp' });
+  });
+
+  it('closes the sockets of earlier steps when a later step fails', async () => {
+    const before = openFdCount();
+    await expect(
+      addon.run(handle, [
+        { op: 'socket', family: 4, type: 'udp' },
+        { op: 'nft', script: 'this is not nft' },
+      ]),
+    ).rejects.toMatchObject({ step: 1 });
+    expect(openFdCount()).toBe(before);
+  });
+});

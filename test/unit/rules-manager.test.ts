@@ -1,0 +1,169 @@
+import { readFileSync } from 'node:fs';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { systemError } from '../../src/addon/errors.js';
+import { CanonicalListings } from '../../src/rules/canonical.js';
+import { IptablesInpodRules, countAgentRules } from '../../src/rules/iptables-manager.js';
+import { RuleOperationError } from '../../src/rules/manager.js';
+import { NftablesInpodRules } from '../../src/rules/nftables-manager.js';
+import { renderInpodNftablesDelete } from '../../src/rules/nftables.js';
+import { defaultRuleSettings, NO_OVERRIDES } from '../../src/rules/settings.js';
+import { FakeNetAddon, type FakeNamespace } from '../fakes/fake-net-addon.js';
+
+const POD = '/var/run/netns/pod';
+const golden = (name: string): string =>
+  readFileSync(new URL(`../../../shared/conformance/istio-golden/nftables/${name}`, import.meta.url), 'utf8');
+const listing = readFileSync(new URL('../fixtures/default-inpod.listing.nft', import.meta.url), 'utf8');
+
+describe('NftablesInpodRules', () => {
+  let addon: FakeNetAddon;
+  let pod: FakeNamespace;
+  beforeEach(() => {
+    addon = new FakeNetAddon();
+    pod = addon.addNetns(POD);
+  });
+
+  it('applies in one visit: the golden transaction, then the route, then the ip rule', async () => {
+    const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    const ns = addon.openNetns(POD);
+    await manager.apply(ns, NO_OVERRIDES);
+    expect(addon.runs).toHaveLength(1);
+    expect(addon.runs[0]!.steps.map((s) => s.op)).toEqual(['nft', 'replaceLocalRoute', 'addFwmarkRule']);
+    expect(pod.nftScripts).toEqual([golden('default.golden')]);
+    expect(pod.rules).toEqual([{ family: 4, mark: 0x111, mask: 0xfff, priority: 32764, table: 100 }]);
+    expect(pod.routes).toEqual([expect.objectContaining({ family: 4, dev: 'lo', table: 100, type: 2 })]);
+  });
+
+  it('adds the IPv6 route only when lo has IPv6, and the IPv6 rule always when IPv6 is on', async () => {
+    const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: true }));
+    pod.loHasIpv6 = false;
+    await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
+    expect(pod.nftScripts[0]).toContain('ip6 daddr != ::1/128');
+    expect(pod.rules.map((r) => r.family)).toEqual([4, 6]);
+    expect(pod.routes.map((r) => r.family)).toEqual([4]);
+    pod.loHasIpv6 = true;
+    await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
+    expect(pod.routes.map((r) => r.family).sort()).toEqual([4, 6]);
+    expect(pod.rules).toHaveLength(2); // applying twice leaves one copy
+  });
+
+  it('removes with Istio delete transaction, then the ip rule and route; removing twice succeeds', async () => {
+    const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    const ns = addon.openNetns(POD);
+    await manager.apply(ns, NO_OVERRIDES);
+    await manager.remove(ns);
+    await manager.remove(ns);
+    expect(pod.nftScripts.slice(1)).toEqual([renderInpodNftablesDelete(), renderInpodNftablesDelete()]);
+    expect(pod.rules).toEqual([]);
+    expect(pod.routes).toEqual([]);
+    expect(addon.runs[1]!.steps.map((s) => s.op)).toEqual(['nft', 'deleteFwmarkRule', 'deleteLocalRoute']);
+  });
+
+  it('turns a failure into a RuleOperationError that keeps the system error code', async () => {
+    const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    addon.failOn = (step) =>
+      step.op === 'addFwmarkRule' ? systemError('EPERM', -1, 'RTM_NEWRULE', 'EPERM: Operation not permitted, RTM_NEWRULE') : undefined;
+    const err = await manager.apply(addon.openNetns(POD), NO_OVERRIDES).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RuleOperationError);
+    expect(err).toMatchObject({ code: 'EPERM', operation: 'apply', netnsPath: POD, backend: 'nftables' });
+    expect((err as Error).message).toBe(`apply nftables in-pod rules in ${POD}: EPERM: Operation not permitted, RTM_NEWRULE`);
+  });
+
+  it('reports a vanished namespace as ENOENT', async () => {
+    const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    const ns = addon.openNetns(POD);
+    addon.namespaces.delete(POD);
+    await expect(manager.apply(ns, NO_OVERRIDES)).rejects.toMatchObject({ code: 'ENOENT', operation: 'apply' });
+  });
+
+  describe('verify', () => {
+    let manager: NftablesInpodRules;
+    beforeEach(async () => {
+      addon.fresh.listing = listing;
+      manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+      await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
+      pod.listing = listing;
+    });
+
+    it('is in sync after apply, and canonicalises each distinct ruleset only once', async () => {
+      expect(await manager.verify(addon.openNetns(POD), NO_OVERRIDES)).toEqual({ inSync: true, missing: [], extra: [] });
+      await manager.verify(addon.openNetns(POD), NO_OVERRIDES);
+      const freshRuns = addon.runs.filter((r) => r.target === 'fresh');
+      expect(freshRuns).toHaveLength(1);
+      expect(freshRuns[0]!.steps).toEqual([
+        { op: 'nft', script: golden('default.golden') },
+        { op: 'nft', script: 'list ruleset' },
+      ]);
+    });
+
+    it('reports a deleted rule, a missing ip rule and a missing route', async () => {
+      pod.listing = listing.replace(/\n.*redirect to :15006/, '');
+      pod.rules = [];
+      pod.routes = [];
+      const report = await manager.verify(addon.openNetns(POD), NO_OVERRIDES);
+      expect(report.inSync).toBe(false);
+      expect(report.missing.map((d) => d.kind)).toEqual(['rule', 'ip-rule', 'route']);
+    });
+
+    it('reports a second copy of the ip rule as extra', async () => {
+      pod.rules.push({ ...pod.rules[0]! });
+      const report = await manager.verify(addon.openNetns(POD), NO_OVERRIDES);
+      expect(report.extra).toEqual([{ kind: 'ip-rule', where: 'ipv4', text: 'fwmark 0x111/0xfff pref 32764 lookup 100' }]);
+    });
+
+    it('does not remember a failed canonicalisation', async () => {
+      const canonical = new CanonicalListings(addon);
+      addon.failOn = (step, target) => (target === 'fresh' && step.op === 'nft' ? new Error('EPERM') : undefined);
+      await expect(canonical.get('x')).rejects.toThrow('EPERM');
+      addon.failOn = () => undefined;
+      await expect(canonical.get('x')).resolves.toBeInstanceOf(Map);
+    });
+  });
+});
+
+describe('IptablesInpodRules', () => {
+  let addon: FakeNetAddon;
+  let pod: FakeNamespace;
+  beforeEach(() => {
+    addon = new FakeNetAddon();
+    pod = addon.addNetns(POD);
+  });
+
+  it('checks for leftovers, then adds route and rule before restoring (Istio iptables order)', async () => {
+    const manager = new IptablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
+    expect(addon.runs.map((r) => r.steps.map((s) => s.op))).toEqual([['exec'], ['replaceLocalRoute', 'addFwmarkRule', 'exec']]);
+    const restore = addon.runs[1]!.steps[2]!;
+    expect(restore).toMatchObject({ op: 'exec', argv: ['iptables-restore', '--noflush', '-v'] });
+    expect((restore as { input: string }).input).toBe(manager.restoreInputs(NO_OVERRIDES).v4);
+  });
+
+  it('removes its own leftovers first, so applying twice leaves one copy', async () => {
+    const manager = new IptablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    pod.exec.set('iptables-save', { exitCode: 0, stdout: '*nat\n-A OUTPUT -j ISTIO_OUTPUT\nCOMMIT\n', stderr: '' });
+    await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
+    const deletes = addon.runs[1]!.steps.map((s) => (s as { argv: string[] }).argv.join(' '));
+    expect(deletes[0]).toBe('iptables -t mangle -D PREROUTING -j ISTIO_PRERT');
+    expect(deletes.at(-1)).toMatch(/^iptables -t \w+ -X ISTIO_/);
+  });
+
+  it('fails with iptables-restore stderr when the restore fails', async () => {
+    const manager = new IptablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    pod.exec.set('iptables-restore', { exitCode: 2, stdout: '', stderr: 'iptables-restore: line 3 failed\n' });
+    await expect(manager.apply(addon.openNetns(POD), NO_OVERRIDES)).rejects.toMatchObject({
+      code: 'ERR_IPTABLES_RESTORE',
+      message: expect.stringContaining('line 3 failed'),
+    });
+  });
+
+  it('counts agent rules in iptables-save output per table and chain', () => {
+    const save = '*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j ISTIO_PRERT\n-A ISTIO_PRERT -s 169.254.7.127/32 -p tcp -j ACCEPT\n-A POSTROUTING -j KUBE\nCOMMIT\n';
+    expect(countAgentRules(save)).toEqual(new Map([['nat/PREROUTING', 1], ['nat/ISTIO_PRERT', 1]]));
+  });
+
+  it('verify reports missing rules by chain when the pod has none', async () => {
+    const manager = new IptablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    const report = await manager.verify(addon.openNetns(POD), NO_OVERRIDES);
+    expect(report.inSync).toBe(false);
+    expect(report.missing.map((d) => d.where)).toContain('ipv4 nat/ISTIO_OUTPUT');
+  });
+});
