@@ -6,7 +6,13 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { constants as osConstants, cpus, release } from 'node:os';
 
-import { currentThreadNetns, NativeNetAddon, openFdCount, type NetnsIdentity } from '../src/addon/net-addon.js';
+import {
+  currentThreadNetns,
+  NativeNetAddon,
+  openFdCount,
+  type NetnsHandle,
+  type NetnsIdentity,
+} from '../src/addon/net-addon.js';
 import {
   DEFAULT_HOST_PROBE_SNAT_IPV4,
   INPOD_TPROXY_MARK,
@@ -30,6 +36,8 @@ import {
   execTool,
   formatTable,
   ip,
+  type IpRunner,
+  ipViaExecFile,
   NetnsPool,
   summarize,
   summaryRow,
@@ -42,6 +50,8 @@ const TARGET_RATIO = 15;
 interface Config {
   pods: number;
   ipv6: boolean;
+  /** How the untimed `ip netns add/del` and `lo up` run (see setupRunner). */
+  setup: 'execFileSync' | 'addon';
 }
 
 interface Ctx {
@@ -80,7 +90,9 @@ function readConfig(): Config {
   const raw = process.env['BENCH_PODS'];
   const pods = raw === undefined ? MIN_PODS : Number(raw);
   if (!Number.isInteger(pods) || pods < 1) throw new Error(`BENCH_PODS must be a positive integer, got ${JSON.stringify(raw)}`);
-  return { pods, ipv6: process.env['BENCH_IPV6'] === '1' };
+  const setup = process.env['BENCH_SETUP'] ?? 'execFileSync';
+  if (setup !== 'execFileSync' && setup !== 'addon') throw new Error(`BENCH_SETUP must be execFileSync or addon, got ${setup}`);
+  return { pods, ipv6: process.env['BENCH_IPV6'] === '1', setup };
 }
 
 // ---- the mechanisms -------------------------------------------------------------------------
@@ -229,11 +241,11 @@ function assertInstalled(ctx: Ctx, ns: BenchNetns, check: Slot['check']): void {
 // ---- running -----------------------------------------------------------------------------
 
 async function inFreshNetns<T>(pool: NetnsPool, work: (ns: BenchNetns) => Promise<T>): Promise<T> {
-  const ns = pool.create();
+  const ns = await pool.create();
   try {
     return await work(ns);
   } finally {
-    pool.destroy(ns);
+    await pool.destroy(ns);
   }
 }
 
@@ -258,7 +270,9 @@ async function runRounds(ctx: Ctx, pool: NetnsPool, pods: number): Promise<Map<s
     const k = i % SLOTS.length;
     for (const slot of [...SLOTS.slice(k), ...SLOTS.slice(0, k)]) {
       for (const [label, ms] of await inFreshNetns(pool, (ns) => slot.run(ctx, ns))) {
-        samples.set(label, [...(samples.get(label) ?? []), ms]);
+        const list = samples.get(label) ?? [];
+        list.push(ms);
+        samples.set(label, list);
       }
     }
     if ((i + 1) % 50 === 0 || i + 1 === pods) process.stderr.write(`  ${i + 1}/${pods} iterations\n`);
@@ -343,6 +357,9 @@ function resourceNotes(start: Resources, before: Resources, after: Resources, ho
 function methodNotes(cfg: Config, pool: NetnsPool): string[] {
   return [
     `each sample: fresh netns (ip netns add + lo up, untimed) -> one mechanism (timed, process.hrtime.bigint) -> ip netns del (untimed)`,
+    cfg.setup === 'addon'
+      ? `setup (BENCH_SETUP=addon): the untimed ip commands are posix_spawn'd from an addon thread, so Node never forks between samples`
+      : `setup: the untimed ip commands use execFileSync; Node's fork leaves its pages copy-on-write, so the next timed sample pays page faults a real agent would not (BENCH_SETUP=addon avoids that)`,
     `mechanisms interleaved round-robin per iteration with a rotating start; ${cfg.pods} iterations; namespaces ${pool.prefix}*`,
     `routing: the two exec rows "${L.iptRestore}" and "${L.nftExec}" do ip route/rule via netlink in-process (addon), as Istio does, so they differ from in-process only by the exec; "${L.iptAllExec}" execs \`nsenter ip route replace\` + \`nsenter ip rule add\` instead`,
     `exec rows use \`nsenter --net=<path>\` (one extra exec vs Istio, which spawns from a setns'd thread); "${L.iptBackend}" = IptablesInpodRules.apply: iptables-save state check + netlink routing + iptables-restore, posix_spawn'd from an addon thread inside the netns (no nsenter; Istio additionally runs ip6tables-save)`,
@@ -355,7 +372,7 @@ function header(cfg: Config): string[] {
   return [
     `ambient-node-agent rule-install benchmark (per pod, fresh namespace per sample)`,
     `host: kernel ${release()}, ${cpus().length} CPUs, node ${process.version}, ${toolVersion(['iptables', '--version'])}, ${toolVersion(['nft', '--version'])}`,
-    `ruleset: Istio defaults, ${mode}, DNS capture on, no pod overrides, SNAT ${DEFAULT_HOST_PROBE_SNAT_IPV4}`,
+    `ruleset: Istio defaults, ${mode}, DNS capture on, no pod overrides, SNAT ${DEFAULT_HOST_PROBE_SNAT_IPV4}; namespace setup via ${cfg.setup}`,
   ];
 }
 
@@ -380,9 +397,21 @@ function makeCtx(cfg: Config): Ctx {
   return { addon, nftRules, iptRules, script, restore: iptRules.restoreInputs(NO_OVERRIDES), ipv6: cfg.ipv6 };
 }
 
-async function bench(cfg: Config, pool: NetnsPool): Promise<void> {
+/**
+ * Node's child_process forks, which marks every page of this process copy-on-write: the next
+ * timed sample then pays page faults a real agent (which never forks per pod) would not. The
+ * addon's exec step uses posix_spawn (vfork-style), so setup through it leaves no such trace.
+ */
+function setupRunner(cfg: Config, addon: NativeNetAddon, host: NetnsHandle): IpRunner {
+  if (cfg.setup === 'execFileSync') return ipViaExecFile;
+  return async (args) => {
+    const [result] = await addon.run(host, [{ op: 'exec', argv: ['ip', ...args], timeoutMs: 10_000 }]);
+    if (result.exitCode !== 0) throw new Error(`ip ${args.join(' ')} exited with ${result.exitCode}: ${result.stderr.trim()}`);
+  };
+}
+
+async function measure(cfg: Config, ctx: Ctx, pool: NetnsPool): Promise<string[]> {
   const home = currentThreadNetns();
-  const ctx = makeCtx(cfg);
   const start = resources(ctx.addon);
   const warmStart = process.hrtime.bigint();
   ctx.addon.warmUp(); // libnftables' one-time init, paid here and not by the first pod
@@ -392,7 +421,7 @@ async function bench(cfg: Config, pool: NetnsPool): Promise<void> {
   const samples = await runRounds(ctx, pool, cfg.pods);
   const after = resources(ctx.addon);
   const { notes: ratioNotes, ratio } = ratioLines(samples);
-  const leftovers = pool.leftovers();
+  const inProcess = summarize(samples.get(L.inProcess) ?? []);
   const out = [
     ...header(cfg),
     goldenNote(ctx),
@@ -405,27 +434,31 @@ async function bench(cfg: Config, pool: NetnsPool): Promise<void> {
     'notes:',
     ...[
       ...ratioNotes,
-      `addon.warmUp() took ${warmUpMs.toFixed(2)} ms; first in-process apply after it (verification pass, untimed) ${(first.get(L.inProcess) ?? NaN).toFixed(3)} ms; max in the loop ${summarize(samples.get(L.inProcess) ?? []).max.toFixed(3)} ms`,
+      `addon.warmUp() took ${warmUpMs.toFixed(2)} ms; first in-process apply after it (verification pass, untimed) ${(first.get(L.inProcess) ?? NaN).toFixed(3)} ms; max in the loop ${inProcess.max.toFixed(3)} ms`,
       ...methodNotes(cfg, pool),
       ...resourceNotes(start, before, after, home),
-      `leftover namespaces ${pool.prefix}* before exit: ${leftovers.length}`,
+      `leftover namespaces ${pool.prefix}* before exit: ${pool.leftovers().length}`,
       ...(cfg.pods < MIN_PODS ? [`smoke run: BENCH_PODS=${cfg.pods} is below the ${MIN_PODS} the issue asks for`] : []),
     ].map((n) => `- ${n}`),
   ];
   if (before.fds !== after.fds) out.push(`WARNING: fd count changed across the timed loop (${before.fds} -> ${after.fds})`);
   if (ratio < TARGET_RATIO) out.push(`WARNING: in-process p50 is only ${ratio.toFixed(1)}x faster than exec iptables-restore (target ${TARGET_RATIO}x)`);
   out.push(`ratio_vs_iptables_restore=${ratio.toFixed(1)}`);
-  console.log(out.join('\n'));
+  return out;
 }
 
 async function main(): Promise<void> {
   const cfg = readConfig();
-  const pool = new NetnsPool();
+  const ctx = makeCtx(cfg);
+  // Opened before the "before" fd count and closed after the "after" one, so it cancels out.
+  const host = ctx.addon.openNetns('/proc/thread-self/ns/net');
+  const pool = new NetnsPool(setupRunner(cfg, ctx.addon, host));
   installCleanup(pool);
   try {
-    await bench(cfg, pool);
+    console.log((await measure(cfg, ctx, pool)).join('\n'));
   } finally {
     pool.destroyAll();
+    host.close();
   }
 }
 

@@ -16,6 +16,13 @@ export function execIn(ns: BenchNetns, argv: string[]): string {
   return ip(['netns', 'exec', ns.name, ...argv]);
 }
 
+/** Runs `ip` with an argv array and fails loudly on a non-zero exit. */
+export type IpRunner = (args: string[]) => Promise<void>;
+
+export const ipViaExecFile: IpRunner = async (args) => {
+  ip(args);
+};
+
 /**
  * Fresh namespaces named `<prefix><n>`, the prefix carrying our pid so that parallel runs and
  * other users' namespaces (tests, the host) are never touched. Every name is remembered before
@@ -26,21 +33,23 @@ export class NetnsPool {
   #next = 0;
   readonly #live = new Set<string>();
 
-  create(): BenchNetns {
+  constructor(private readonly runIp: IpRunner = ipViaExecFile) {}
+
+  async create(): Promise<BenchNetns> {
     const name = `${this.prefix}${this.#next++}`;
     this.#live.add(name);
-    ip(['netns', 'add', name]);
+    await this.runIp(['netns', 'add', name]);
     // Pods always have lo up, and the local route in table 100 needs it.
-    ip(['-n', name, 'link', 'set', 'lo', 'up']);
+    await this.runIp(['-n', name, 'link', 'set', 'lo', 'up']);
     return { name, path: `/run/netns/${name}` };
   }
 
-  destroy(ns: BenchNetns): void {
+  async destroy(ns: BenchNetns): Promise<void> {
     this.#live.delete(ns.name);
-    ip(['netns', 'del', ns.name]);
+    await this.runIp(['netns', 'del', ns.name]);
   }
 
-  /** Best effort: runs from exit/signal handlers, where throwing would only hide the rest. */
+  /** Best effort and synchronous: runs from exit/signal handlers, where throwing would only hide the rest. */
   destroyAll(): void {
     for (const name of [...this.#live]) {
       this.#live.delete(name);

@@ -153,15 +153,24 @@ std::string GetString(const Napi::Object& o, const char* key) {
   return v.As<Napi::String>().Utf8Value();
 }
 
-uint32_t GetUint(const Napi::Object& o, const char* key) {
+// Numbers are range-checked here: a wrapped port or a timeout cast to a negative int (poll
+// forever) must be a TypeError, never a silent surprise.
+uint32_t GetUint(const Napi::Object& o, const char* key, double max = 4294967295.0) {
   Napi::Value v = o.Get(key);
-  if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), std::string("step.") + key + " must be a number");
-  return v.As<Napi::Number>().Uint32Value();
+  double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1;
+  if (!(d >= 0 && d <= max) || d != static_cast<double>(static_cast<uint64_t>(d))) {
+    throw Napi::TypeError::New(o.Env(), std::string("step.") + key + " must be an integer from 0 to " +
+                                            std::to_string(static_cast<uint64_t>(max)));
+  }
+  return static_cast<uint32_t>(d);
 }
 
-uint32_t GetUintOr(const Napi::Object& o, const char* key, uint32_t fallback) {
-  return o.Get(key).IsUndefined() ? fallback : GetUint(o, key);
+uint32_t GetUintOr(const Napi::Object& o, const char* key, uint32_t fallback, double max = 4294967295.0) {
+  return o.Get(key).IsUndefined() ? fallback : GetUint(o, key, max);
 }
+
+constexpr double kMaxPort = 65535;
+constexpr double kMaxTimeoutMs = 24 * 3600 * 1000.0;  // fits an int; anything longer is a bug
 
 int GetFamily(const Napi::Object& o) {
   uint32_t f = GetUint(o, "family");
@@ -183,15 +192,18 @@ void ParseSocket(const Napi::Object& o, SocketSpec* s) {
     s->set_mark = true;
     s->mark = GetUint(o, "mark");
   }
+  if (!o.Get("bindPort").IsUndefined() && o.Get("bindAddress").IsUndefined()) {
+    throw Napi::TypeError::New(o.Env(), "step.bindPort needs step.bindAddress");
+  }
   if (!o.Get("bindAddress").IsUndefined()) {
     s->bind_address = GetString(o, "bindAddress");
-    s->bind_port = static_cast<uint16_t>(GetUintOr(o, "bindPort", 0));
+    s->bind_port = static_cast<uint16_t>(GetUintOr(o, "bindPort", 0, kMaxPort));
   }
-  if (!o.Get("listen").IsUndefined()) s->listen_backlog = static_cast<int>(GetUint(o, "listen"));
+  if (!o.Get("listen").IsUndefined()) s->listen_backlog = static_cast<int>(GetUint(o, "listen", 65535));
   if (!o.Get("connectAddress").IsUndefined()) {
     s->connect_address = GetString(o, "connectAddress");
-    s->connect_port = static_cast<uint16_t>(GetUint(o, "connectPort"));
-    s->connect_timeout_ms = static_cast<int>(GetUintOr(o, "timeoutMs", 5000));
+    s->connect_port = static_cast<uint16_t>(GetUint(o, "connectPort", kMaxPort));
+    s->connect_timeout_ms = static_cast<int>(GetUintOr(o, "timeoutMs", 5000, kMaxTimeoutMs));
   }
 }
 
@@ -205,7 +217,7 @@ void ParseExec(const Napi::Object& o, Step* s) {
     s->argv.push_back(a.As<Napi::String>().Utf8Value());
   }
   if (!o.Get("input").IsUndefined()) s->input = GetString(o, "input");
-  s->timeout_ms = static_cast<int>(GetUintOr(o, "timeoutMs", 30000));
+  s->timeout_ms = static_cast<int>(GetUintOr(o, "timeoutMs", 30000, kMaxTimeoutMs));
 }
 
 void ParseRule(const Napi::Object& o, Step* s) {

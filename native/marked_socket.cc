@@ -66,7 +66,10 @@ bool Configure(int fd, const SocketSpec& spec, SysError* err) {
     return false;
   }
   if (!spec.bind_address.empty()) {
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
+      *err = SysError::FromErrno(errno, "setsockopt", "SO_REUSEADDR");
+      return false;
+    }
     sockaddr_storage ss;
     socklen_t len;
     if (!FillAddress(spec.family, spec.bind_address, spec.bind_port, &ss, &len, err)) return false;

@@ -60,24 +60,27 @@ function explain(tried: string[], failures: string[]): string {
   ].join('\n');
 }
 
-let cached: RawAddon | undefined;
-
-export function loadRawAddon(): RawAddon {
-  if (cached) return cached;
+/** Loads the first candidate that works, or throws one error that lists every attempt. */
+export function loadAddonFrom(candidates: readonly string[]): RawAddon {
   const require = createRequire(import.meta.url);
-  const tried = addonCandidates();
   const failures: string[] = [];
-  for (const candidate of tried) {
+  for (const candidate of candidates) {
     if (!existsSync(candidate)) {
       failures.push('not found');
       continue;
     }
     try {
-      cached = require(candidate) as RawAddon;
-      return cached;
+      return require(candidate) as RawAddon;
     } catch (err) {
-      failures.push(err instanceof Error ? err.message.split('\n')[0] ?? err.message : String(err));
+      failures.push(err instanceof Error ? (err.message.split('\n')[0] ?? err.message) : String(err));
     }
   }
-  throw new Error(explain(tried, failures));
+  throw new Error(explain([...candidates], failures));
+}
+
+let cached: RawAddon | undefined;
+
+export function loadRawAddon(): RawAddon {
+  cached ??= loadAddonFrom(addonCandidates());
+  return cached;
 }

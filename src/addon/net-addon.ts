@@ -2,7 +2,7 @@
 // NetAddon interface, which the real addon and the test fake both implement.
 import { readdirSync, statSync } from 'node:fs';
 import { loadRawAddon, type RawAddon, type RawExecutorStats } from './binding.js';
-import type { ResultsOf, Step } from './steps.js';
+import { assertValidSteps, type ResultsOf, type Step } from './steps.js';
 
 export interface NetnsIdentity { ino: number; dev: number }
 
@@ -60,7 +60,12 @@ export class NativeNetAddon implements NetAddon {
       return Promise.reject(new Error(`netns ${target.path} is already closed`));
     }
     const fd = target === 'fresh' ? null : target.fd;
-    return this.raw.runInNetns(fd, steps) as Promise<ResultsOf<S>>;
+    try {
+      assertValidSteps(steps);
+      return this.raw.runInNetns(fd, steps) as Promise<ResultsOf<S>>;
+    } catch (err) {
+      return Promise.reject(err); // callers handle one failure path: the promise
+    }
   }
 
   /** Test hook: runs the steps and then makes the worker's way home fail, so it must retire. */

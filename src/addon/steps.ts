@@ -76,3 +76,38 @@ export type ResultsOf<S extends readonly Step[]> = { -readonly [K in keyof S]: R
 
 /** RTN_LOCAL from <linux/rtnetlink.h>: the route type of `ip route ... local ...`. */
 export const RTN_LOCAL = 2;
+
+const MAX_TIMEOUT_MS = 24 * 3600 * 1000;
+
+function checkInteger(step: Step, key: string, value: number | undefined, max: number): void {
+  if (value === undefined) return;
+  if (!Number.isInteger(value) || value < 0 || value > max) {
+    throw new TypeError(`${step.op} step: ${key} must be an integer from 0 to ${max}, got ${String(value)}`);
+  }
+}
+
+/**
+ * Rejects steps the addon would refuse, with a clear message before anything runs (the addon
+ * checks again as a backstop). Ports and timeouts matter most: a wrapped port or a negative
+ * timeout would otherwise mean a different port or an unbounded wait.
+ */
+export function assertValidSteps(steps: readonly Step[]): void {
+  for (const step of steps) {
+    if (step.op === 'socket') {
+      checkInteger(step, 'bindPort', step.bindPort, 65535);
+      checkInteger(step, 'connectPort', step.connectPort, 65535);
+      checkInteger(step, 'timeoutMs', step.timeoutMs, MAX_TIMEOUT_MS);
+      checkInteger(step, 'mark', step.mark, 0xffffffff);
+      if (step.bindPort !== undefined && step.bindAddress === undefined) {
+        throw new TypeError('socket step: bindPort needs bindAddress');
+      }
+      if ((step.connectAddress === undefined) !== (step.connectPort === undefined)) {
+        throw new TypeError('socket step: connectAddress and connectPort go together');
+      }
+    }
+    if (step.op === 'exec') {
+      checkInteger(step, 'timeoutMs', step.timeoutMs, MAX_TIMEOUT_MS);
+      if (step.argv.length === 0) throw new TypeError('exec step: argv must not be empty');
+    }
+  }
+}

@@ -121,6 +121,18 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
     expect(refused).toMatchObject({ code: 'ECONNREFUSED', syscall: 'connect', op: 'socket' });
   });
 
+  it('rejects out-of-range ports and timeouts before anything runs (TS check, then the addon backstop)', async () => {
+    await expect(addon.run(handle, [{ op: 'socket', family: 4, type: 'tcp', connectAddress: '127.0.0.1', connectPort: 70000 }])).rejects.toThrow(
+      'connectPort must be an integer from 0 to 65535',
+    );
+    await expect(addon.run(handle, [{ op: 'exec', argv: ['true'], timeoutMs: -1 }])).rejects.toThrow(TypeError);
+    const raw = (await import('../../src/addon/binding.js')).loadRawAddon();
+    expect(() => raw.runInNetns(handle.fd, [{ op: 'socket', family: 4, type: 'tcp', bindAddress: '127.0.0.1', bindPort: 70000 }])).toThrow(
+      'step.bindPort must be an integer from 0 to 65535',
+    );
+    expect(() => raw.runInNetns(handle.fd, [{ op: 'exec', argv: ['true'], timeoutMs: 2 ** 31 }])).toThrow(TypeError);
+  });
+
   it('spawns programs inside the namespace with argv, stdin and a deadline', async () => {
     const [links, cat] = await addon.run(handle, [
       { op: 'exec', argv: ['ip', '-o', 'link'] },

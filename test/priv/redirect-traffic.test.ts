@@ -45,7 +45,7 @@ const APP_PORT = 8080;
 /** Short per-test bound: every connect and exchange inside is bounded at 3 s anyway. */
 const CASE_TIMEOUT_MS = 20_000;
 
-describe.skipIf(skipReason)('in-pod nftables rules redirect real traffic', () => {
+describe.skipIf(skipReason)(`in-pod nftables rules redirect real traffic${skipReason ? ` (skipped: ${skipReason})` : ''}`, () => {
   // Made in beforeAll: a skipped suite still runs this callback, and must not load the addon.
   let addon: NativeNetAddon;
   let manager: NftablesInpodRules;
@@ -152,10 +152,17 @@ describe.skipIf(skipReason)('in-pod nftables rules redirect real traffic', () =>
     expect(outbound.address()).toMatchObject({ address: '0.0.0.0', port: ZTUNNEL_OUTBOUND_PORT });
     expect(inbound.address()).toMatchObject({ address: '0.0.0.0', port: ZTUNNEL_INBOUND_PLAINTEXT_PORT });
     expect(app.address()).toMatchObject({ address: PEER_IP, port: APP_PORT });
-    // The listeners were born in the test namespaces, not in the host's.
-    expect(execIn(podNs.name, ['ss', '-Htln'])).toMatch(new RegExp(`0\\.0\\.0\\.0:${ZTUNNEL_OUTBOUND_PORT}\\b`));
-    expect(execIn(podNs.name, ['ss', '-Htln'])).toMatch(new RegExp(`0\\.0\\.0\\.0:${ZTUNNEL_INBOUND_PLAINTEXT_PORT}\\b`));
-    expect(execIn(peerNs.name, ['ss', '-Htln'])).toContain(`${PEER_IP}:${APP_PORT}`);
+    // The listeners were born in the test namespaces (not the host's), with ztunnel's mark.
+    const podListeners = execIn(podNs.name, ['ss', '-Htlne']).split('\n');
+    const mark = `fwmark:0x${INPOD_MARK.toString(16)}`;
+    for (const port of [ZTUNNEL_OUTBOUND_PORT, ZTUNNEL_INBOUND_PLAINTEXT_PORT]) {
+      const line = podListeners.find((l) => l.includes(`0.0.0.0:${port} `));
+      expect(line, `pod listener on ${port}`).toBeDefined();
+      expect(line).toContain(mark);
+    }
+    const peerListener = execIn(peerNs.name, ['ss', '-Htlne']).split('\n').find((l) => l.includes(`${PEER_IP}:${APP_PORT} `));
+    expect(peerListener, `peer listener on ${APP_PORT}`).toBeDefined();
+    expect(peerListener).not.toContain('fwmark:');
   });
 
   describe('before the rules are applied (control)', () => {
