@@ -6,13 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { constants as osConstants, cpus, release } from 'node:os';
 
-import {
-  currentThreadNetns,
-  NativeNetAddon,
-  openFdCount,
-  type NetnsHandle,
-  type NetnsIdentity,
-} from '../src/addon/net-addon.js';
+import { currentThreadNetns, NativeNetAddon, openFdCount, type NetnsIdentity } from '../src/addon/net-addon.js';
 import {
   DEFAULT_HOST_PROBE_SNAT_IPV4,
   INPOD_TPROXY_MARK,
@@ -34,10 +28,9 @@ import {
   elapsedMs,
   execIn,
   execTool,
+  useAddonSpawner,
   formatTable,
   ip,
-  type IpRunner,
-  ipViaExecFile,
   NetnsPool,
   summarize,
   summaryRow,
@@ -50,8 +43,6 @@ const TARGET_RATIO = 15;
 interface Config {
   pods: number;
   ipv6: boolean;
-  /** How the untimed `ip netns add/del` and `lo up` run (see setupRunner). */
-  setup: 'execFileSync' | 'addon';
 }
 
 interface Ctx {
@@ -76,7 +67,7 @@ const L = {
   iptRestore: 'exec iptables-restore (Istio iptables)',
   nftExec: 'exec nft -f (Istio nftables via knftables)',
   iptAllExec: 'exec iptables-restore + 2x exec ip',
-  iptBackend: "project iptables backend (save+restore)",
+  iptBackend: 'project iptables backend (save+restore)',
   openClose: 'openNetns + close',
   hop: 'addon.run([]) (thread hop + setns)',
   nftOnly: 'addon.run([nft]) (nft transaction)',
@@ -90,9 +81,7 @@ function readConfig(): Config {
   const raw = process.env['BENCH_PODS'];
   const pods = raw === undefined ? MIN_PODS : Number(raw);
   if (!Number.isInteger(pods) || pods < 1) throw new Error(`BENCH_PODS must be a positive integer, got ${JSON.stringify(raw)}`);
-  const setup = process.env['BENCH_SETUP'] ?? 'execFileSync';
-  if (setup !== 'execFileSync' && setup !== 'addon') throw new Error(`BENCH_SETUP must be execFileSync or addon, got ${setup}`);
-  return { pods, ipv6: process.env['BENCH_IPV6'] === '1', setup };
+  return { pods, ipv6: process.env['BENCH_IPV6'] === '1' };
 }
 
 // ---- the mechanisms -------------------------------------------------------------------------
@@ -357,9 +346,7 @@ function resourceNotes(start: Resources, before: Resources, after: Resources, ho
 function methodNotes(cfg: Config, pool: NetnsPool): string[] {
   return [
     `each sample: fresh netns (ip netns add + lo up, untimed) -> one mechanism (timed, process.hrtime.bigint) -> ip netns del (untimed)`,
-    cfg.setup === 'addon'
-      ? `setup (BENCH_SETUP=addon): the untimed ip commands are posix_spawn'd from an addon thread, so Node never forks between samples`
-      : `setup: the untimed ip commands use execFileSync; Node's fork leaves its pages copy-on-write, so the next timed sample pays page faults a real agent would not (BENCH_SETUP=addon avoids that)`,
+    `every child process (untimed setup and the exec rows) is posix_spawn'd (clone with CLONE_VM|CLONE_VFORK, as Go/Istio spawns) from an addon thread in the host netns; Node's fork-based child_process would leave this process copy-on-write and bill the in-process rows for the page faults`,
     `mechanisms interleaved round-robin per iteration with a rotating start; ${cfg.pods} iterations; namespaces ${pool.prefix}*`,
     `routing: the two exec rows "${L.iptRestore}" and "${L.nftExec}" do ip route/rule via netlink in-process (addon), as Istio does, so they differ from in-process only by the exec; "${L.iptAllExec}" execs \`nsenter ip route replace\` + \`nsenter ip rule add\` instead`,
     `exec rows use \`nsenter --net=<path>\` (one extra exec vs Istio, which spawns from a setns'd thread); "${L.iptBackend}" = IptablesInpodRules.apply: iptables-save state check + netlink routing + iptables-restore, posix_spawn'd from an addon thread inside the netns (no nsenter; Istio additionally runs ip6tables-save)`,
@@ -372,7 +359,7 @@ function header(cfg: Config): string[] {
   return [
     `ambient-node-agent rule-install benchmark (per pod, fresh namespace per sample)`,
     `host: kernel ${release()}, ${cpus().length} CPUs, node ${process.version}, ${toolVersion(['iptables', '--version'])}, ${toolVersion(['nft', '--version'])}`,
-    `ruleset: Istio defaults, ${mode}, DNS capture on, no pod overrides, SNAT ${DEFAULT_HOST_PROBE_SNAT_IPV4}; namespace setup via ${cfg.setup}`,
+    `ruleset: Istio defaults, ${mode}, DNS capture on, no pod overrides, SNAT ${DEFAULT_HOST_PROBE_SNAT_IPV4}`,
   ];
 }
 
@@ -397,68 +384,71 @@ function makeCtx(cfg: Config): Ctx {
   return { addon, nftRules, iptRules, script, restore: iptRules.restoreInputs(NO_OVERRIDES), ipv6: cfg.ipv6 };
 }
 
-/**
- * Node's child_process forks, which marks every page of this process copy-on-write: the next
- * timed sample then pays page faults a real agent (which never forks per pod) would not. The
- * addon's exec step uses posix_spawn (vfork-style), so setup through it leaves no such trace.
- */
-function setupRunner(cfg: Config, addon: NativeNetAddon, host: NetnsHandle): IpRunner {
-  if (cfg.setup === 'execFileSync') return ipViaExecFile;
-  return async (args) => {
-    const [result] = await addon.run(host, [{ op: 'exec', argv: ['ip', ...args], timeoutMs: 10_000 }]);
-    if (result.exitCode !== 0) throw new Error(`ip ${args.join(' ')} exited with ${result.exitCode}: ${result.stderr.trim()}`);
-  };
+interface Measurement {
+  samples: Map<string, number[]>;
+  warmUpMs: number;
+  firstInProcessMs: number;
+  start: Resources;
+  before: Resources;
+  after: Resources;
+  home: NetnsIdentity;
 }
 
-async function measure(cfg: Config, ctx: Ctx, pool: NetnsPool): Promise<string[]> {
+async function measure(cfg: Config, ctx: Ctx, pool: NetnsPool): Promise<Measurement> {
   const home = currentThreadNetns();
   const start = resources(ctx.addon);
   const warmStart = process.hrtime.bigint();
-  ctx.addon.warmUp(); // libnftables' one-time init, paid here and not by the first pod
+  await ctx.nftRules.warmUp(); // libnftables' one-time init, paid here and not by the first pod
   const warmUpMs = elapsedMs(warmStart);
   const first = await verifySlots(ctx, pool);
   const before = resources(ctx.addon);
   const samples = await runRounds(ctx, pool, cfg.pods);
   const after = resources(ctx.addon);
-  const { notes: ratioNotes, ratio } = ratioLines(samples);
-  const inProcess = summarize(samples.get(L.inProcess) ?? []);
-  const out = [
+  return { samples, warmUpMs, firstInProcessMs: first.get(L.inProcess) ?? NaN, start, before, after, home };
+}
+
+function report(cfg: Config, ctx: Ctx, pool: NetnsPool, m: Measurement): string[] {
+  const { notes: ratioNotes, ratio } = ratioLines(m.samples);
+  const maxInProcess = summarize(m.samples.get(L.inProcess) ?? []).max;
+  const notes = [
+    ...ratioNotes,
+    `nftRules.warmUp() took ${m.warmUpMs.toFixed(2)} ms; first in-process apply after it (verification pass, untimed) ${m.firstInProcessMs.toFixed(3)} ms; max in the loop ${maxInProcess.toFixed(3)} ms`,
+    ...methodNotes(cfg, pool),
+    ...resourceNotes(m.start, m.before, m.after, m.home),
+    `leftover namespaces ${pool.prefix}* before exit: ${pool.leftovers().length}`,
+    ...(cfg.pods < MIN_PODS ? [`smoke run: BENCH_PODS=${cfg.pods} is below the ${MIN_PODS} the issue asks for`] : []),
+  ];
+  const warnings = [
+    ...(m.before.fds !== m.after.fds ? [`WARNING: fd count changed across the timed loop (${m.before.fds} -> ${m.after.fds})`] : []),
+    ...(ratio < TARGET_RATIO ? [`WARNING: in-process p50 is only ${ratio.toFixed(1)}x faster than exec iptables-restore (target ${TARGET_RATIO}x)`] : []),
+  ];
+  return [
     ...header(cfg),
     goldenNote(ctx),
     '',
-    tableFor(MAIN_ROWS, samples, 3),
+    tableFor(MAIN_ROWS, m.samples, 3),
     '',
     'in-process parts (same run, own namespaces):',
-    tableFor(DETAIL_ROWS, samples, 3),
+    tableFor(DETAIL_ROWS, m.samples, 3),
     '',
     'notes:',
-    ...[
-      ...ratioNotes,
-      `addon.warmUp() took ${warmUpMs.toFixed(2)} ms; first in-process apply after it (verification pass, untimed) ${(first.get(L.inProcess) ?? NaN).toFixed(3)} ms; max in the loop ${inProcess.max.toFixed(3)} ms`,
-      ...methodNotes(cfg, pool),
-      ...resourceNotes(start, before, after, home),
-      `leftover namespaces ${pool.prefix}* before exit: ${pool.leftovers().length}`,
-      ...(cfg.pods < MIN_PODS ? [`smoke run: BENCH_PODS=${cfg.pods} is below the ${MIN_PODS} the issue asks for`] : []),
-    ].map((n) => `- ${n}`),
+    ...notes.map((n) => `- ${n}`),
+    ...warnings,
+    `ratio_vs_iptables_restore=${ratio.toFixed(1)}`, // must stay the last line
   ];
-  if (before.fds !== after.fds) out.push(`WARNING: fd count changed across the timed loop (${before.fds} -> ${after.fds})`);
-  if (ratio < TARGET_RATIO) out.push(`WARNING: in-process p50 is only ${ratio.toFixed(1)}x faster than exec iptables-restore (target ${TARGET_RATIO}x)`);
-  out.push(`ratio_vs_iptables_restore=${ratio.toFixed(1)}`);
-  return out;
 }
 
 async function main(): Promise<void> {
   const cfg = readConfig();
-  const ctx = makeCtx(cfg);
-  // Opened before the "before" fd count and closed after the "after" one, so it cancels out.
-  const host = ctx.addon.openNetns('/proc/thread-self/ns/net');
-  const pool = new NetnsPool(setupRunner(cfg, ctx.addon, host));
+  const pool = new NetnsPool();
   installCleanup(pool);
   try {
-    console.log((await measure(cfg, ctx, pool)).join('\n'));
+    const ctx = makeCtx(cfg);
+    useAddonSpawner(ctx.addon);
+    const measurement = await measure(cfg, ctx, pool);
+    console.log(report(cfg, ctx, pool, measurement).join('\n'));
   } finally {
     pool.destroyAll();
-    host.close();
   }
 }
 

@@ -1,6 +1,7 @@
 // Helpers for the rule-install benchmark: throw-away network namespaces, exec'ing a tool with
 // stdin, and percentile tables. Every external command is an argv array (no shell anywhere).
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
+import type { NetAddon, NetnsHandle } from '../src/addon/net-addon.js';
 
 export interface BenchNetns {
   name: string;
@@ -16,13 +17,6 @@ export function execIn(ns: BenchNetns, argv: string[]): string {
   return ip(['netns', 'exec', ns.name, ...argv]);
 }
 
-/** Runs `ip` with an argv array and fails loudly on a non-zero exit. */
-export type IpRunner = (args: string[]) => Promise<void>;
-
-export const ipViaExecFile: IpRunner = async (args) => {
-  ip(args);
-};
-
 /**
  * Fresh namespaces named `<prefix><n>`, the prefix carrying our pid so that parallel runs and
  * other users' namespaces (tests, the host) are never touched. Every name is remembered before
@@ -33,20 +27,18 @@ export class NetnsPool {
   #next = 0;
   readonly #live = new Set<string>();
 
-  constructor(private readonly runIp: IpRunner = ipViaExecFile) {}
-
   async create(): Promise<BenchNetns> {
     const name = `${this.prefix}${this.#next++}`;
     this.#live.add(name);
-    await this.runIp(['netns', 'add', name]);
+    await execTool(['ip', 'netns', 'add', name]);
     // Pods always have lo up, and the local route in table 100 needs it.
-    await this.runIp(['-n', name, 'link', 'set', 'lo', 'up']);
+    await execTool(['ip', '-n', name, 'link', 'set', 'lo', 'up']);
     return { name, path: `/run/netns/${name}` };
   }
 
   async destroy(ns: BenchNetns): Promise<void> {
     this.#live.delete(ns.name);
-    await this.runIp(['netns', 'del', ns.name]);
+    await execTool(['ip', 'netns', 'del', ns.name]);
   }
 
   /** Best effort and synchronous: runs from exit/signal handlers, where throwing would only hide the rest. */
@@ -70,23 +62,31 @@ export class NetnsPool {
   }
 }
 
+/**
+ * Where the benchmark's child processes come from. Node's child_process forks, and a fork leaves
+ * every page of this process copy-on-write until touched again, so whatever runs next in-process
+ * pays page faults that no agent pays. Go (Istio) spawns with clone(CLONE_VM|CLONE_VFORK), and so
+ * does glibc's posix_spawn, which is what the addon's exec step uses. Running every spawn through
+ * it, from an addon thread in the host namespace, models Istio's exec faithfully and keeps the
+ * in-process rows free of that artefact.
+ */
+let spawner: { addon: NetAddon; host: NetnsHandle } | undefined;
+
+export function useAddonSpawner(addon: NetAddon): NetnsHandle {
+  const host = addon.openNetns('/proc/self/ns/net');
+  spawner = { addon, host };
+  return host;
+}
+
 /** Spawns argv (no shell), feeds `input` on stdin, resolves on exit 0, rejects with stderr otherwise. */
-export function execTool(argv: readonly string[], input?: string): Promise<void> {
-  const [file, ...args] = argv;
-  if (file === undefined) return Promise.reject(new Error('execTool: empty argv'));
-  return new Promise((resolve, reject) => {
-    const child = spawn(file, args, { stdio: [input === undefined ? 'ignore' : 'pipe', 'ignore', 'pipe'] });
-    let stderr = '';
-    child.stderr?.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
-    child.on('error', reject);
-    child.on('close', (code, signal) => {
-      if (code === 0) return resolve();
-      reject(new Error(`${argv.join(' ')} exited with ${code ?? signal}: ${stderr.trim()}`));
-    });
-    // A child that dies before reading stdin gives EPIPE here; its exit status says why.
-    child.stdin?.on('error', () => undefined);
-    child.stdin?.end(input);
-  });
+export async function execTool(argv: readonly string[], input?: string): Promise<void> {
+  if (!spawner) throw new Error('execTool: call useAddonSpawner() first');
+  const [result] = await spawner.addon.run(spawner.host, [
+    { op: 'exec', argv: [...argv], ...(input !== undefined ? { input } : {}), timeoutMs: 30_000 },
+  ] as const);
+  if (result.exitCode !== 0) {
+    throw new Error(`${argv.join(' ')} exited with ${result.exitCode} (signal ${result.signal}): ${result.stderr.trim()}`);
+  }
 }
 
 export function elapsedMs(start: bigint): number {

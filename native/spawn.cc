@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 extern char** environ;
 
 namespace ana {
@@ -47,7 +49,8 @@ bool Pump(Pipes* p, const std::string& input, int timeout_ms, SpawnResult* r) {
     if (pfds[0].revents & (POLLOUT | POLLERR | POLLHUP)) {
       ssize_t n = write(p->fds[0][1], input.data() + written, input.size() - written);
       if (n > 0) written += static_cast<size_t>(n);
-      if (n < 0 || written == input.size()) p->CloseOne(&p->fds[0][1]);
+      bool failed = n < 0 && errno != EAGAIN && errno != EINTR;
+      if (failed || written == input.size()) p->CloseOne(&p->fds[0][1]);
     }
     for (int i = 1; i <= 2; i++) {
       if (!(pfds[i].revents & (POLLIN | POLLERR | POLLHUP))) continue;
@@ -58,7 +61,7 @@ bool Pump(Pipes* p, const std::string& input, int timeout_ms, SpawnResult* r) {
         continue;
       }
       std::string& sink = i == 1 ? r->out : r->err;
-      if (sink.size() < kMaxCapture) sink.append(buf, static_cast<size_t>(n));
+      sink.append(buf, std::min(static_cast<size_t>(n), kMaxCapture - sink.size()));
     }
   }
   return true;
@@ -97,6 +100,9 @@ bool SpawnAndWait(const std::vector<std::string>& argv, const std::string& input
   p.CloseOne(&p.fds[0][0]);
   p.CloseOne(&p.fds[1][1]);
   p.CloseOne(&p.fds[2][1]);
+  // Non-blocking stdin: a write of a large input must never block while the child, stuck on a
+  // full stdout pipe, waits for us to read (the deadline could not fire then).
+  fcntl(p.fds[0][1], F_SETFL, fcntl(p.fds[0][1], F_GETFL) | O_NONBLOCK);
   bool finished = Pump(&p, input, timeout_ms, result);
   if (!finished) kill(pid, SIGKILL);
   int status = 0;

@@ -9,7 +9,7 @@ import { buildInpodModel } from './model.js';
 import { parseNftListing } from './nft-listing.js';
 import { renderInpodNftables, renderInpodNftablesDelete } from './nftables.js';
 import { routingApplySteps, routingDeleteSteps, routingDrift, routingListSteps, routingStates } from './routing.js';
-import type { PodOverrides, RuleSettings } from './settings.js';
+import { NO_OVERRIDES, type PodOverrides, type RuleSettings } from './settings.js';
 
 export class NftablesInpodRules implements InpodRuleManager {
   readonly backend = 'nftables' as const;
@@ -26,6 +26,15 @@ export class NftablesInpodRules implements InpodRuleManager {
   /** The exact transaction text apply sends (what `nft -f` would read). */
   script(overrides: PodOverrides): string {
     return renderInpodNftables(buildInpodModel(this.settings, overrides));
+  }
+
+  /**
+   * Pays the first-use costs (library init, page-in, kernel module autoload of nat/redirect)
+   * on a throw-away namespace at start-up, so the first pod does not.
+   */
+  async warmUp(): Promise<void> {
+    this.addon.warmUp();
+    await this.addon.run('fresh', [{ op: 'nft', script: this.script(NO_OVERRIDES) }]);
   }
 
   apply(ns: NetnsHandle, overrides: PodOverrides): Promise<void> {

@@ -141,6 +141,11 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
     expect(links.exitCode).toBe(0);
     expect(links.stdout.trim().split('\n')).toHaveLength(1); // only lo: the child is in the pod netns
     expect(cat.stdout).toBe('hello\n');
+    // 4 MiB through cat: stdin and stdout pipes fill at the same time, which must not deadlock.
+    const big = 'x'.repeat(4 << 20);
+    const [echoed] = await addon.run(handle, [{ op: 'exec', argv: ['cat'], input: big, timeoutMs: 10_000 }] as const);
+    expect(echoed.stdout.length).toBe(1 << 20); // output capture is capped at 1 MiB
+    expect(echoed.exitCode).toBe(0);
     const slow = await addon.run(handle, [{ op: 'exec', argv: ['sleep', '5'], timeoutMs: 200 }]).catch((e: unknown) => e);
     expect(slow).toMatchObject({ code: 'ETIMEDOUT', syscall: 'waitpid' });
     const missing = await addon.run(handle, [{ op: 'exec', argv: ['/nonexistent/bin'] }]).catch((e: unknown) => e);
