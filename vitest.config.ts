@@ -5,6 +5,7 @@ import { defineConfig } from 'vitest/config';
 // namespace-heavy tests do not compete for the two CI cores.
 export default defineConfig({
   test: {
+    reporters: ['default', './test/summary-reporter.ts'],
     projects: [
       { test: { name: 'unit', include: ['test/unit/**/*.test.ts'] } },
       {
