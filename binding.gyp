@@ -10,7 +10,9 @@
         "native/rtnl.cc",
         "native/marked_socket.cc",
         "native/spawn.cc",
-        "native/steps.cc"
+        "native/steps.cc",
+        "native/seqpacket.cc",
+        "native/fd_poller.cc"
       ],
       "dependencies": ["<!(node -p \"require('node-addon-api').targets\"):node_addon_api_except"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],

@@ -1,6 +1,7 @@
 import { defineConfig } from 'vitest/config';
 
-// Two projects: "unit" needs no privileges and uses the fake addon; "priv" drives the
+// "unit" needs no privileges and uses the fake addon; "integration" uses the real addon
+// without privileges (sockets, own namespace files); "priv" drives the
 // real addon against real network namespaces and runs one file at a time so that
 // namespace-heavy tests do not compete for the two CI cores.
 export default defineConfig({
@@ -8,6 +9,8 @@ export default defineConfig({
     reporters: ['default', './test/summary-reporter.ts'],
     projects: [
       { test: { name: 'unit', include: ['test/unit/**/*.test.ts'] } },
+      // Real addon and real sockets, no privileges needed.
+      { test: { name: 'integration', include: ['test/integration/**/*.test.ts'], testTimeout: 30_000 } },
       {
         test: {
           name: 'priv',

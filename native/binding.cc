@@ -10,7 +10,9 @@
 
 #include "netns.h"
 #include "netns_executor.h"
+#include "fd_poller.h"
 #include "nft_runner.h"
+#include "seqpacket.h"
 #include "steps.h"
 
 namespace ana {
@@ -348,6 +350,81 @@ Napi::Value ExecutorStatsJs(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// ---- SOCK_SEQPACKET (ZDS) ----
+
+int FdArg(const Napi::CallbackInfo& info, size_t i, const char* usage) {
+  if (!info[i].IsNumber()) throw Napi::TypeError::New(info.Env(), usage);
+  return info[i].As<Napi::Number>().Int32Value();
+}
+
+Napi::Value SeqpacketListenJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) throw Napi::TypeError::New(env, "seqpacketListen(path, options): path must be a string");
+  ListenOptions opts;
+  opts.path = info[0].As<Napi::String>().Utf8Value();
+  if (info[1].IsObject()) {
+    Napi::Object o = info[1].As<Napi::Object>();
+    opts.mode = GetUintOr(o, "mode", opts.mode, 07777);
+    opts.dir_mode = GetUintOr(o, "dirMode", opts.dir_mode, 07777);
+    opts.backlog = static_cast<int>(GetUintOr(o, "backlog", opts.backlog, 65535));
+  }
+  SysError err;
+  int fd = SeqpacketListen(opts, &err);
+  if (fd < 0) throw ToJsError(env, err);
+  return Napi::Number::New(env, fd);
+}
+
+Napi::Value SeqpacketAcceptJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SysError err;
+  int fd = SeqpacketAccept(FdArg(info, 0, "seqpacketAccept(fd)"), &err);
+  if (fd == -1) throw ToJsError(env, err);
+  return fd == -2 ? env.Null() : Napi::Number::New(env, fd);
+}
+
+Napi::Value SeqpacketConnectJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) throw Napi::TypeError::New(env, "seqpacketConnect(path): path must be a string");
+  SysError err;
+  int fd = SeqpacketConnect(info[0].As<Napi::String>().Utf8Value(), &err);
+  if (fd < 0) throw ToJsError(env, err);
+  return Napi::Number::New(env, fd);
+}
+
+Napi::Value SeqpacketSendJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = FdArg(info, 0, "seqpacketSend(fd, data, passFd)");
+  if (!info[1].IsTypedArray()) throw Napi::TypeError::New(env, "seqpacketSend: data must be a Uint8Array");
+  Napi::Uint8Array data = info[1].As<Napi::Uint8Array>();
+  int pass_fd = info[2].IsNumber() ? info[2].As<Napi::Number>().Int32Value() : -1;
+  // ZDS peers read 1024 bytes and take an empty datagram for EOF: never send either.
+  if (data.ByteLength() == 0 || data.ByteLength() > kZdsMaxDatagram) {
+    throw ToJsError(env, SysError::FromErrno(EMSGSIZE, "sendmsg", "", "datagram must be 1-1024 bytes"));
+  }
+  SysError err;
+  int rc = SeqpacketSend(fd, data.Data(), data.ByteLength(), pass_fd, &err);
+  if (rc < 0) throw ToJsError(env, err);
+  return Napi::Boolean::New(env, rc == 1);
+}
+
+Napi::Value SeqpacketRecvJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Datagram d;
+  SysError err;
+  int rc = SeqpacketRecv(FdArg(info, 0, "seqpacketRecv(fd)"), &d, &err);
+  if (rc < 0) throw ToJsError(env, err);
+  if (rc == 0) return env.Null();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("data", Napi::Buffer<unsigned char>::Copy(env, d.data.data(), d.data.size()));
+  Napi::Array fds = Napi::Array::New(env, d.fds.size());
+  for (size_t i = 0; i < d.fds.size(); i++) fds.Set(i, Napi::Number::New(env, d.fds[i]));
+  o.Set("fds", fds);
+  o.Set("truncated", d.truncated);
+  o.Set("controlTruncated", d.control_truncated);
+  o.Set("eof", d.eof);
+  return o;
+}
+
 void Cleanup(void* arg) {
   auto* state = static_cast<AddonState*>(arg);
   state->closing = true;
@@ -369,6 +446,17 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("runInNetns", Napi::Function::New(env, RunInNetnsJs, "runInNetns"));
   exports.Set("warmUp", Napi::Function::New(env, WarmUpJs, "warmUp"));
   exports.Set("executorStats", Napi::Function::New(env, ExecutorStatsJs, "executorStats"));
+  exports.Set("seqpacketListen", Napi::Function::New(env, SeqpacketListenJs, "seqpacketListen"));
+  exports.Set("seqpacketAccept", Napi::Function::New(env, SeqpacketAcceptJs, "seqpacketAccept"));
+  exports.Set("seqpacketConnect", Napi::Function::New(env, SeqpacketConnectJs, "seqpacketConnect"));
+  exports.Set("seqpacketSend", Napi::Function::New(env, SeqpacketSendJs, "seqpacketSend"));
+  exports.Set("seqpacketRecv", Napi::Function::New(env, SeqpacketRecvJs, "seqpacketRecv"));
+  exports.Set("FdPoller", FdPoller::Define(env));
+  Napi::Object events = Napi::Object::New(env);
+  events.Set("readable", Napi::Number::New(env, UV_READABLE));
+  events.Set("writable", Napi::Number::New(env, UV_WRITABLE));
+  events.Set("disconnect", Napi::Number::New(env, UV_DISCONNECT));
+  exports.Set("pollEvents", events);
   return exports;
 }
 

@@ -2,8 +2,8 @@
 // the project touches the .node file.
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join, resolve } from 'node:path';
+import { projectRoot } from '../project-root.js';
 import type { Step } from './steps.js';
 
 export interface RawNetnsInfo { fd: number; ino: number; dev: number }
@@ -15,6 +15,27 @@ export interface RawExecutorStats {
   pending: number;
 }
 
+export interface RawDatagram {
+  data: Buffer;
+  /** fds received in SCM_RIGHTS (close-on-exec); the caller owns and must close them. */
+  fds: number[];
+  truncated: boolean;
+  controlTruncated: boolean;
+  /** recvmsg returned 0 bytes: the peer closed, or sent an empty datagram (same thing to ZDS). */
+  eof: boolean;
+}
+
+export interface RawPollEvents { readable: number; writable: number; disconnect: number }
+
+/** uv_poll on Node's own loop; the callback gets (status < 0 on error, event bits). */
+export interface RawFdPoller {
+  start(events: number): void;
+  stop(): void;
+  close(): void;
+  ref(): void;
+  unref(): void;
+}
+
 export interface RawAddon {
   openNetns(path: string): RawNetnsInfo;
   closeFd(fd: number): void;
@@ -22,16 +43,19 @@ export interface RawAddon {
   runInNetns(fd: number | null, steps: readonly Step[], options?: { poisonReturn?: boolean }): Promise<unknown[]>;
   warmUp(): void;
   executorStats(): RawExecutorStats;
+  seqpacketListen(path: string, options?: { mode?: number; dirMode?: number; backlog?: number }): number;
+  /** null when no connection is waiting. */
+  seqpacketAccept(fd: number): number | null;
+  seqpacketConnect(path: string): number;
+  /** false when the socket buffer is full (wait for writability and retry). */
+  seqpacketSend(fd: number, data: Uint8Array, passFd?: number): boolean;
+  /** null when nothing is waiting. */
+  seqpacketRecv(fd: number): RawDatagram | null;
+  FdPoller: new (fd: number, callback: (status: number, events: number) => void) => RawFdPoller;
+  pollEvents: RawPollEvents;
 }
 
 const ADDON_FILE = 'ambient_native.node';
-
-function projectRoot(): string {
-  // Works from src/addon (vitest) and from dist/src/addon (compiled): walk up to package.json.
-  let dir = dirname(fileURLToPath(import.meta.url));
-  while (!existsSync(join(dir, 'package.json')) && dirname(dir) !== dir) dir = dirname(dir);
-  return dir;
-}
 
 export function addonCandidates(root = projectRoot()): string[] {
   const fromEnv = process.env['AMBIENT_NATIVE_ADDON'];

@@ -3,11 +3,13 @@
 import type { NetAddon } from '../addon/net-addon.js';
 import { parseRulesArgs, runRulesCommand } from './rules-command.js';
 import { UsageError } from './usage-error.js';
+import { parseZdsArgs, runZdsServe, ZDS_USAGE } from './zds-command.js';
 
 const USAGE = `usage: ambient-node-agent <command> [options]
 
 commands:
   rules    print, apply, delete or verify Istio's in-pod / host redirection rules
+  zds      serve pods to ztunnel over ZDS (zds serve --pod ns/name/sa/uid=/var/run/netns/x)
 
 Run "ambient-node-agent <command> --help" for a command's options.
 `;
@@ -29,6 +31,14 @@ export async function main(argv: string[], io: MainIO = processIO, addon?: NetAd
     switch (command) {
       case 'rules':
         return await runRulesCommand(parseRulesArgs(rest), io, addon);
+      case 'zds': {
+        const cmd = parseZdsArgs(rest);
+        if (cmd === 'help') {
+          io.out(ZDS_USAGE);
+          return 0;
+        }
+        return await runZdsServe(cmd, io.out, untilSignal());
+      }
       case undefined:
       case '-h':
       case '--help':
@@ -36,7 +46,7 @@ export async function main(argv: string[], io: MainIO = processIO, addon?: NetAd
         io.out(USAGE);
         return command === undefined ? 2 : 0;
       default:
-        throw new UsageError(`unknown command ${JSON.stringify(command)} (commands: rules)`);
+        throw new UsageError(`unknown command ${JSON.stringify(command)} (commands: rules, zds)`);
     }
   } catch (err) {
     if (err instanceof UsageError || err instanceof RangeError) {
@@ -46,6 +56,13 @@ export async function main(argv: string[], io: MainIO = processIO, addon?: NetAd
     io.err(`ambient-node-agent: ${err instanceof Error ? err.message : String(err)}\n`);
     return 1;
   }
+}
+
+function untilSignal(): Promise<void> {
+  return new Promise((resolve) => {
+    process.once('SIGINT', () => resolve());
+    process.once('SIGTERM', () => resolve());
+  });
 }
 
 const isEntryPoint = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;

@@ -1,0 +1,184 @@
+// One ztunnel connection: hello, snapshot, then one request at a time, each answered by exactly
+// one ack (acks are matched by order only). Anything else ztunnel sends is a protocol error.
+import type { Datagram, SeqpacketSocket } from '../addon/seqpacket.js';
+import type { Logger } from '../ops/log.js';
+import { decodeAck, decodeHello, encodeRequest, requestKind, type WorkloadInfo, type WorkloadRequest } from './codec.js';
+import { ZdsError } from './errors.js';
+
+export interface ZdsTimeouts {
+  helloMs: number;
+  ackMs: number;
+  writeMs: number;
+}
+
+export const ISTIO_TIMEOUTS: ZdsTimeouts = { helloMs: 5000, ackMs: 5000, writeMs: 5000 };
+
+/** Something whose fd can travel to ztunnel; `closed` is checked right before sending. */
+export interface FdSource {
+  readonly fd: number;
+  readonly closed: boolean;
+}
+
+export interface SnapshotEntry {
+  uid: string;
+  workloadInfo: WorkloadInfo;
+  /** The pod's netns; without one the pod goes out as `keep`. */
+  netns?: FdSource;
+}
+
+export type ConnectionState = 'hello' | 'snapshot' | 'ready' | 'closed';
+
+interface Expectation {
+  resolve(data: Buffer): void;
+  reject(err: Error): void;
+  timer: NodeJS.Timeout;
+}
+
+let nextConnectionId = 1;
+
+export class ZdsConnection {
+  readonly id = nextConnectionId++;
+  readonly connectedAt = new Date();
+  #state: ConnectionState = 'hello';
+  #snapshotSent = false;
+  #expect: Expectation | undefined;
+  #tail: Promise<unknown>;
+  #markReady!: () => void;
+  #failReady!: (err: Error) => void;
+  #closeReason: string | undefined;
+  helloVersion: number | undefined;
+  requestsSent = 0;
+  onClose: (conn: ZdsConnection, reason: string) => void = () => {};
+
+  constructor(
+    private readonly socket: SeqpacketSocket,
+    private readonly timeouts: ZdsTimeouts,
+    private readonly log: Logger,
+  ) {
+    // Public requests queue behind the snapshot: nothing may overtake snapshot_sent.
+    this.#tail = new Promise<void>((resolve, reject) => {
+      this.#markReady = resolve;
+      this.#failReady = reject;
+    });
+    this.#tail.catch(() => {});
+    socket.handlers = { onDatagram: (d) => this.#onDatagram(d), onError: (err) => this.close(`socket error: ${err.message}`) };
+  }
+
+  get state(): ConnectionState {
+    return this.#state;
+  }
+
+  get closeReason(): string | undefined {
+    return this.#closeReason;
+  }
+
+  /** Reads the hello, sends the snapshot and snapshot_sent. Closes the connection on failure. */
+  async handshake(snapshot: () => readonly SnapshotEntry[]): Promise<void> {
+    try {
+      this.helloVersion = decodeHello(await this.#next(this.timeouts.helloMs, 'hello')).version;
+      this.#state = 'snapshot';
+      const entries = snapshot().filter((e) => !e.netns?.closed);
+      for (const entry of entries) {
+        const error = await this.#exchange(snapshotRequest(entry), entry.netns);
+        if (error) this.log.warn({ conn: this.id, uid: entry.uid, ztunnelError: error }, 'ztunnel rejected a snapshot entry');
+      }
+      await this.#exchange({ snapshotSent: {} });
+      this.#state = 'ready';
+      this.log.info({ conn: this.id, pods: entries.length, helloVersion: this.helloVersion }, 'ztunnel snapshot sent');
+      this.#markReady();
+    } catch (err) {
+      this.close(`handshake failed: ${(err as Error).message}`);
+      throw err;
+    }
+  }
+
+  /** Sends one request after everything queued before it; resolves with ztunnel's ack error text ('' = ok). */
+  request(req: WorkloadRequest, netns?: FdSource): Promise<string> {
+    const run = this.#tail.then(() => this.#exchange(req, netns));
+    this.#tail = run.catch(() => {});
+    return run;
+  }
+
+  close(reason: string): void {
+    if (this.#state === 'closed') return;
+    this.#state = 'closed';
+    this.#closeReason = reason;
+    this.socket.close();
+    const err = new ZdsError('ZDS_CONNECTION_CLOSED', `ztunnel connection ${this.id} closed: ${reason}`, true);
+    this.#failReady(err);
+    const pending = this.#expect;
+    this.#expect = undefined;
+    if (pending) {
+      clearTimeout(pending.timer);
+      pending.reject(err);
+    }
+    this.log.info({ conn: this.id, reason }, 'ztunnel connection closed');
+    this.onClose(this, reason);
+  }
+
+  /** Never sends what ztunnel rejects; see zds-protocol.md §6. */
+  #check(req: WorkloadRequest, netns: FdSource | undefined): void {
+    const kind = requestKind(req);
+    const fail = (message: string): never => {
+      throw new ZdsError('ZDS_INVALID_MESSAGE', message, false);
+    };
+    if ('add' in req && !req.add.workloadInfo) fail('refusing to send add without workload_info (ztunnel exits on it)');
+    if (kind === 'add' && !netns) fail('refusing to send add without exactly one netns fd');
+    if (kind !== 'add' && netns) fail(`refusing to send an fd with ${kind}`);
+    if (netns?.closed) fail('the pod netns handle was closed before it could be sent');
+    if (kind === 'keep' && this.#snapshotSent) fail('refusing to send keep after snapshot_sent (ztunnel exits on it)');
+    if (kind === 'snapshotSent' && this.#snapshotSent) fail('refusing to send a second snapshot_sent (ztunnel exits on it)');
+  }
+
+  async #exchange(req: WorkloadRequest, netns?: FdSource): Promise<string> {
+    if (this.#state === 'closed') throw new ZdsError('ZDS_CONNECTION_CLOSED', `ztunnel connection ${this.id} is closed: ${this.#closeReason}`, true);
+    this.#check(req, netns);
+    const bytes = encodeRequest(req);
+    if ('snapshotSent' in req) this.#snapshotSent = true;
+    const ack = this.#next(this.timeouts.ackMs, `ack for ${requestKind(req)}`);
+    try {
+      await this.socket.send(bytes, netns?.fd, this.timeouts.writeMs);
+    } catch (err) {
+      ack.catch(() => {});
+      this.close(`write failed: ${(err as Error).message}`);
+      throw new ZdsError('ZDS_WRITE_TIMEOUT', `sending ${requestKind(req)} to ztunnel failed: ${(err as Error).message}`, true, { cause: err });
+    }
+    this.requestsSent++;
+    const reply = await ack;
+    try {
+      return decodeAck(reply);
+    } catch (err) {
+      this.close(`protocol error: ${(err as Error).message}`);
+      throw new ZdsError('ZDS_PROTOCOL', `ztunnel answered ${requestKind(req)} with garbage: ${(err as Error).message}`, true, { cause: err });
+    }
+  }
+
+  #next(timeoutMs: number, what: string): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#expect = undefined;
+        const err = new ZdsError('ZDS_ACK_TIMEOUT', `no ${what} from ztunnel within ${timeoutMs} ms`, true);
+        reject(err);
+        // Acks are matched by order: a late one would answer the next request. Start over instead.
+        this.close(err.message);
+      }, timeoutMs);
+      this.#expect = { resolve, reject, timer };
+    });
+  }
+
+  #onDatagram(d: Datagram): void {
+    for (const fd of d.fds) this.socket.closeForeignFd(fd);
+    if (d.eof) return this.close('ztunnel closed the connection');
+    if (d.truncated || d.controlTruncated) return this.close('protocol error: oversized datagram from ztunnel');
+    if (d.fds.length > 0) return this.close('protocol error: ztunnel sent file descriptors');
+    const expect = this.#expect;
+    if (!expect) return this.close('protocol error: unsolicited datagram from ztunnel');
+    this.#expect = undefined;
+    clearTimeout(expect.timer);
+    expect.resolve(d.data);
+  }
+}
+
+function snapshotRequest(entry: SnapshotEntry): WorkloadRequest {
+  return entry.netns ? { add: { uid: entry.uid, workloadInfo: entry.workloadInfo } } : { keep: { uid: entry.uid } };
+}

@@ -1,0 +1,83 @@
+// The pods handed to ztunnel, keyed by UID, and the netns handles that go with them. The registry
+// owns every handle it is given: it closes each exactly once, when its pod leaves (or is replaced
+// by a new sandbox), or when the registry is closed.
+import type { NetnsHandle } from '../addon/net-addon.js';
+import type { WorkloadInfo } from './codec.js';
+import type { SnapshotEntry } from './connection.js';
+import type { ZdsSink } from './server.js';
+
+export interface PodIdentity extends WorkloadInfo {
+  uid: string;
+}
+
+interface RegisteredPod {
+  info: WorkloadInfo;
+  netns: NetnsHandle | undefined;
+}
+
+export class PodRegistry {
+  readonly #pods = new Map<string, RegisteredPod>();
+
+  constructor(private readonly zds: ZdsSink) {}
+
+  /**
+   * Registers the pod (taking ownership of `netns`) and, when there is a netns, waits for
+   * ztunnel's ack. A retryable ZdsError leaves the pod registered: it goes out again with the
+   * next snapshot, and the caller may retry. Without a netns the pod is only kept (`keep` in
+   * snapshots) until the agent finds it.
+   */
+  async add(pod: PodIdentity, netns?: NetnsHandle): Promise<void> {
+    if (!pod.uid) {
+      netns?.close();
+      throw new TypeError('pod uid is required');
+    }
+    const info = { name: pod.name, namespace: pod.namespace, serviceAccount: pod.serviceAccount };
+    const current = this.#pods.get(pod.uid);
+    const keep = this.#chooseNetns(current?.netns, netns);
+    this.#pods.set(pod.uid, { info, netns: keep });
+    if (keep) await this.zds.podAdded(pod.uid, info, keep);
+  }
+
+  /** Forgets the pod, closes its netns and tells every ztunnel. Unknown UIDs are fine. */
+  async delete(uid: string): Promise<void> {
+    const pod = this.#pods.get(uid);
+    this.#pods.delete(uid);
+    pod?.netns?.close();
+    await this.zds.podDeleted(uid);
+  }
+
+  has(uid: string): boolean {
+    return this.#pods.has(uid);
+  }
+
+  get size(): number {
+    return this.#pods.size;
+  }
+
+  netnsOf(uid: string): NetnsHandle | undefined {
+    return this.#pods.get(uid)?.netns;
+  }
+
+  snapshot(): SnapshotEntry[] {
+    return [...this.#pods].map(([uid, pod]) => ({ uid, workloadInfo: pod.info, ...(pod.netns ? { netns: pod.netns } : {}) }));
+  }
+
+  /** Closes every handle (agent shutdown). ztunnel keeps its own copies of the fds. */
+  close(): void {
+    for (const pod of this.#pods.values()) pod.netns?.close();
+    this.#pods.clear();
+  }
+
+  /** Same namespace (inode and device) as before: keep the old handle, close the new one. */
+  #chooseNetns(current: NetnsHandle | undefined, offered: NetnsHandle | undefined): NetnsHandle | undefined {
+    if (!offered) return current;
+    if (!current) return offered;
+    if (current === offered) return current;
+    if (current.ino === offered.ino && current.dev === offered.dev) {
+      offered.close();
+      return current;
+    }
+    current.close(); // the sandbox was re-created
+    return offered;
+  }
+}
