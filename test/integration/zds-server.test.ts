@@ -104,6 +104,19 @@ describe('ZDS server with a ztunnel-like client', () => {
     expect(server.connections()).toHaveLength(0);
   });
 
+  it('notices a dead ztunnel without any traffic (no keepalive round trip needed)', async () => {
+    const counts: number[] = [];
+    server.onConnectionCount = (n) => counts.push(n);
+    const client = await connect();
+    await client.waitFor(() => client.snapshotSent);
+    await waitUntil(() => server.connections()[0]?.state === 'ready');
+    client.close();
+    const started = Date.now();
+    await waitUntil(() => server.connections().length === 0);
+    expect(Date.now() - started).toBeLessThan(200);
+    expect(counts).toEqual([1, 0]);
+  });
+
   it('closes a connection whose client never says hello', async () => {
     const mute = SeqpacketSocket.connect(socketPath);
     let eof = false;
