@@ -201,6 +201,8 @@ void ParseSocket(const Napi::Object& o, SocketSpec* s) {
     s->bind_address = GetString(o, "bindAddress");
     s->bind_port = static_cast<uint16_t>(GetUintOr(o, "bindPort", 0, kMaxPort));
   }
+  s->transparent = GetBoolOr(o, "transparent", false);
+  s->reuse_port = GetBoolOr(o, "reusePort", false);
   if (!o.Get("listen").IsUndefined()) s->listen_backlog = static_cast<int>(GetUint(o, "listen", 65535));
   if (!o.Get("connectAddress").IsUndefined()) {
     s->connect_address = GetString(o, "connectAddress");
@@ -425,6 +427,17 @@ Napi::Value SeqpacketRecvJs(const Napi::CallbackInfo& info) {
   return o;
 }
 
+Napi::Value OriginalDestinationJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  SocketAddress addr;
+  SysError err;
+  if (!OriginalDestination(FdArg(info, 0, "originalDestination(fd)"), &addr, &err)) throw ToJsError(env, err);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("address", addr.address);
+  o.Set("port", Napi::Number::New(env, addr.port));
+  return o;
+}
+
 void Cleanup(void* arg) {
   auto* state = static_cast<AddonState*>(arg);
   state->closing = true;
@@ -452,6 +465,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("seqpacketSend", Napi::Function::New(env, SeqpacketSendJs, "seqpacketSend"));
   exports.Set("seqpacketRecv", Napi::Function::New(env, SeqpacketRecvJs, "seqpacketRecv"));
   exports.Set("FdPoller", FdPoller::Define(env));
+  exports.Set("originalDestination", Napi::Function::New(env, OriginalDestinationJs, "originalDestination"));
   Napi::Object events = Napi::Object::New(env);
   events.Set("readable", Napi::Number::New(env, UV_READABLE));
   events.Set("writable", Napi::Number::New(env, UV_WRITABLE));

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/netfilter_ipv4.h>
+#include <linux/netfilter_ipv6/ip6_tables.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -59,8 +61,25 @@ bool ConnectWithDeadline(int fd, const SocketSpec& spec, SysError* err) {
   return true;
 }
 
+bool SetFlag(int fd, int level, int name, const char* what, SysError* err) {
+  int one = 1;
+  if (setsockopt(fd, level, name, &one, sizeof(one)) == 0) return true;
+  *err = SysError::FromErrno(errno, "setsockopt", what);
+  return false;
+}
+
+bool MakeTransparent(int fd, int family, SysError* err) {
+  if (family == AF_INET6) {
+    return SetFlag(fd, SOL_IPV6, IPV6_TRANSPARENT, "IPV6_TRANSPARENT", err) &&
+           SetFlag(fd, SOL_IPV6, IPV6_FREEBIND, "IPV6_FREEBIND", err);
+  }
+  return SetFlag(fd, SOL_IP, IP_TRANSPARENT, "IP_TRANSPARENT", err) && SetFlag(fd, SOL_IP, IP_FREEBIND, "IP_FREEBIND", err);
+}
+
 bool Configure(int fd, const SocketSpec& spec, SysError* err) {
   int one = 1;
+  if (spec.transparent && !MakeTransparent(fd, spec.family, err)) return false;
+  if (spec.reuse_port && !SetFlag(fd, SOL_SOCKET, SO_REUSEPORT, "SO_REUSEPORT", err)) return false;
   if (spec.set_mark && setsockopt(fd, SOL_SOCKET, SO_MARK, &spec.mark, sizeof(spec.mark)) != 0) {
     *err = SysError::FromErrno(errno, "setsockopt", "SO_MARK");
     return false;
@@ -88,6 +107,29 @@ bool Configure(int fd, const SocketSpec& spec, SysError* err) {
 }
 
 }  // namespace
+
+bool OriginalDestination(int fd, SocketAddress* out, SysError* err) {
+  sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  char text[INET6_ADDRSTRLEN] = {0};
+  if (getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &ss, &len) == 0) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &sin->sin_addr, text, sizeof(text));
+    out->address = text;
+    out->port = ntohs(sin->sin_port);
+    return true;
+  }
+  len = sizeof(ss);
+  if (getsockopt(fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &ss, &len) == 0) {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &sin6->sin6_addr, text, sizeof(text));
+    out->address = text;
+    out->port = ntohs(sin6->sin6_port);
+    return true;
+  }
+  *err = SysError::FromErrno(errno, "getsockopt", "SO_ORIGINAL_DST");
+  return false;
+}
 
 int CreateSocket(const SocketSpec& spec, SysError* err) {
   int fd = socket(spec.family, spec.type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

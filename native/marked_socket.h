@@ -21,7 +21,20 @@ struct SocketSpec {
   std::string connect_address;  // empty: no connect
   uint16_t connect_port = 0;
   int connect_timeout_ms = 5000;
+  // IP_TRANSPARENT + IP_FREEBIND (or the IPv6 pair): bind to a foreign address, as ztunnel does
+  // to connect to the app from the original client IP.
+  bool transparent = false;
+  bool reuse_port = false;   // SO_REUSEPORT, as ztunnel's listeners
 };
+
+struct SocketAddress {
+  std::string address;
+  uint16_t port = 0;
+};
+
+// The destination a REDIRECTed connection was originally sent to (SO_ORIGINAL_DST, or
+// IP6T_SO_ORIGINAL_DST for IPv6). Returns false with *err set when there is none.
+bool OriginalDestination(int fd, SocketAddress* out, SysError* err);
 
 // Returns a non-blocking, close-on-exec fd, or -1 with *err set.
 int CreateSocket(const SocketSpec& spec, SysError* err);

@@ -51,6 +51,8 @@ export interface RawAddon {
   seqpacketSend(fd: number, data: Uint8Array, passFd?: number): boolean;
   /** null when nothing is waiting. */
   seqpacketRecv(fd: number): RawDatagram | null;
+  /** SO_ORIGINAL_DST of a REDIRECTed TCP connection (IPv4, then IPv6). */
+  originalDestination(fd: number): { address: string; port: number };
   FdPoller: new (fd: number, callback: (status: number, events: number) => void) => RawFdPoller;
   pollEvents: RawPollEvents;
 }

@@ -28,6 +28,9 @@ export interface SocketStep {
   connectAddress?: string;
   connectPort?: number;
   timeoutMs?: number;
+  /** IP_TRANSPARENT + IP_FREEBIND: bind to a foreign address (the original client's). */
+  transparent?: boolean;
+  reusePort?: boolean;
 }
 export interface ExecStep { op: 'exec'; argv: string[]; input?: string; timeoutMs?: number }
 export interface NetnsIdStep { op: 'netnsId' }
