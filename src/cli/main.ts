@@ -4,10 +4,12 @@ import type { NetAddon } from '../addon/net-addon.js';
 import { parseRulesArgs, runRulesCommand } from './rules-command.js';
 import { UsageError } from './usage-error.js';
 import { parseZdsArgs, runZdsServe, ZDS_USAGE } from './zds-command.js';
+import { runAgent } from './run-command.js';
 
 const USAGE = `usage: ambient-node-agent <command> [options]
 
 commands:
+  run      the node agent (DaemonSet entrypoint); run --help lists every flag and env var
   rules    print, apply, delete or verify Istio's in-pod / host redirection rules
   zds      serve pods to ztunnel over ZDS (zds serve --pod ns/name/sa/uid=/var/run/netns/x)
 
@@ -31,6 +33,8 @@ export async function main(argv: string[], io: MainIO = processIO, addon?: NetAd
     switch (command) {
       case 'rules':
         return await runRulesCommand(parseRulesArgs(rest), io, addon);
+      case 'run':
+        return await runAgent(rest, io.out, untilSignal());
       case 'zds': {
         const cmd = parseZdsArgs(rest);
         if (cmd === 'help') {
@@ -46,7 +50,7 @@ export async function main(argv: string[], io: MainIO = processIO, addon?: NetAd
         io.out(USAGE);
         return command === undefined ? 2 : 0;
       default:
-        throw new UsageError(`unknown command ${JSON.stringify(command)} (commands: rules, zds)`);
+        throw new UsageError(`unknown command ${JSON.stringify(command)} (commands: run, rules, zds)`);
     }
   } catch (err) {
     if (err instanceof UsageError || err instanceof RangeError) {

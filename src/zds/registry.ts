@@ -38,6 +38,16 @@ export class PodRegistry {
     if (keep) await this.zds.podAdded(pod.uid, info, keep);
   }
 
+  /**
+   * Registers a pod without telling ztunnel now (after an agent restart: the pod goes out with
+   * the next snapshot, which every new connection gets first). Takes ownership of `netns`.
+   */
+  adopt(pod: PodIdentity, netns: NetnsHandle | undefined): void {
+    const current = this.#pods.get(pod.uid);
+    const info = { name: pod.name, namespace: pod.namespace, serviceAccount: pod.serviceAccount };
+    this.#pods.set(pod.uid, { info, netns: this.#chooseNetns(current?.netns, netns) });
+  }
+
   /** Forgets the pod, closes its netns and tells every ztunnel. Unknown UIDs are fine. */
   async delete(uid: string): Promise<void> {
     const pod = this.#pods.get(uid);

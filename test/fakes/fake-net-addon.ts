@@ -1,6 +1,7 @@
 // A fake of the native addon behind the same NetAddon interface. It keeps a tiny model of each
 // namespace (nft scripts applied, ip rules, routes) so policy code can be tested without root,
 // records every call, and lets a test inject failures.
+import { closeSync, openSync } from 'node:fs';
 import type { RawExecutorStats } from '../../src/addon/binding.js';
 import { systemError } from '../../src/addon/errors.js';
 import type { NetAddon, NetnsHandle, NetnsTarget } from '../../src/addon/net-addon.js';
@@ -41,6 +42,12 @@ export class FakeNetAddon implements NetAddon {
   #nextIno = 4026532000;
   #nextFd = 100;
 
+  /**
+   * With `realFds`, each handle holds a real fd (of /proc/self/ns/net), so it can travel over a
+   * real ZDS socket; the namespace it stands for is still the fake one.
+   */
+  constructor(private readonly options: { realFds?: boolean } = {}) {}
+
   addNetns(path: string): FakeNamespace {
     const ns = newNamespace(this.#nextIno++);
     this.namespaces.set(path, ns);
@@ -53,11 +60,14 @@ export class FakeNetAddon implements NetAddon {
     if (!ns) throw systemError('ENOENT', -2, 'open', `ENOENT: no such file or directory, open '${path}'`, path);
     this.openFds++;
     let closed = false;
+    const fd = this.options.realFds ? openSync('/proc/self/ns/net', 'r') : this.#nextFd++;
     const close = (): void => {
-      if (!closed) this.openFds--;
+      if (closed) return;
+      this.openFds--;
       closed = true;
+      if (this.options.realFds) closeSync(fd);
     };
-    return { fd: this.#nextFd++, ino: ns.ino, dev: 4, path, close, get closed() { return closed; } };
+    return { fd, ino: ns.ino, dev: 4, path, close, get closed() { return closed; } };
   }
 
   async run<const S extends readonly Step[]>(target: NetnsTarget, steps: S): Promise<ResultsOf<S>> {

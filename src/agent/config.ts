@@ -1,0 +1,138 @@
+// The agent's settings: every flag has the environment variable Istio's chart sets, flags win
+// over the environment, and each bad value is reported in one clear line.
+import { isIPv4, isIPv6 } from 'node:net';
+import { parseArgs } from 'node:util';
+import { DEFAULT_HOST_PROBE_SNAT_IPV4, DEFAULT_HOST_PROBE_SNAT_IPV6 } from '../rules/constants.js';
+import { parseGoBool } from '../rules/settings.js';
+import { UsageError } from '../cli/usage-error.js';
+
+export type KubeMode = 'auto' | 'none';
+
+export interface AgentConfig {
+  cniBinDir: string;
+  cniConfDir: string;
+  cniConfName: string | undefined;
+  runDir: string;
+  zdsSocket: string;
+  kubeMode: KubeMode;
+  excludeNamespaces: string[];
+  dnsCapture: boolean;
+  ipv6: boolean;
+  backend: 'nftables' | 'iptables';
+  netnsRoot: string;
+  procDir: string;
+  healthPort: number;
+  metricsPort: number;
+  podNamespace: string;
+  logLevel: string;
+  hostProbeSnatIpv4: string;
+  hostProbeSnatIpv6: string;
+  /** Where the plugin binary to install comes from (the image's copy). */
+  pluginSource: string;
+}
+
+interface Option {
+  flag: string;
+  env: string | undefined;
+  fallback: string;
+  help: string;
+  kind: 'string' | 'bool';
+}
+
+export const OPTIONS: readonly Option[] = [
+  { flag: 'cni-bin-dir', env: 'CNI_BIN_DIR', fallback: '/host/opt/cni/bin', help: 'where the plugin binary is installed', kind: 'string' },
+  { flag: 'cni-conf-dir', env: 'MOUNTED_CNI_NET_DIR', fallback: '/host/etc/cni/net.d', help: 'the node CNI config directory', kind: 'string' },
+  { flag: 'cni-conf-name', env: 'CNI_CONF_NAME', fallback: '', help: 'primary CNI config file (default: first valid one)', kind: 'string' },
+  { flag: 'run-dir', env: 'CNI_AGENT_RUN_DIR', fallback: '/var/run/istio-cni', help: 'sockets and state shared with the plugin', kind: 'string' },
+  { flag: 'zds-socket', env: 'ZTUNNEL_UDS_ADDRESS', fallback: '/var/run/ztunnel/ztunnel.sock', help: 'ZDS socket ztunnel connects to', kind: 'string' },
+  { flag: 'kube-mode', env: 'KUBE_MODE', fallback: 'auto', help: 'auto (Kubernetes when configured) or none (standalone)', kind: 'string' },
+  { flag: 'exclude-namespaces', env: 'EXCLUDE_NAMESPACES', fallback: '', help: 'comma-separated namespaces never enrolled', kind: 'string' },
+  { flag: 'dns-capture', env: 'AMBIENT_DNS_CAPTURE', fallback: 'true', help: 'redirect DNS to ztunnel (15053)', kind: 'bool' },
+  { flag: 'ipv6', env: 'AMBIENT_IPV6', fallback: 'true', help: 'also redirect IPv6', kind: 'bool' },
+  { flag: 'backend', env: 'NATIVE_NFTABLES', fallback: 'nftables', help: 'nftables or iptables (NATIVE_NFTABLES=false selects iptables)', kind: 'string' },
+  { flag: 'netns-root', env: 'NETNS_ROOT', fallback: '/host', help: 'prefix for netns paths from the runtime (the host filesystem)', kind: 'string' },
+  { flag: 'proc-dir', env: 'PROC_DIR', fallback: '/host/proc', help: "the host's /proc", kind: 'string' },
+  { flag: 'health-port', env: 'HEALTH_PORT', fallback: '8000', help: '/healthz and /readyz', kind: 'string' },
+  { flag: 'metrics-port', env: 'MONITORING_PORT', fallback: '15014', help: '/metrics', kind: 'string' },
+  { flag: 'pod-namespace', env: 'POD_NAMESPACE', fallback: 'istio-system', help: "the agent's own namespace", kind: 'string' },
+  { flag: 'log-level', env: 'LOG_LEVEL', fallback: 'info', help: 'debug, info, warn or error', kind: 'string' },
+  { flag: 'snat-ipv4', env: 'HOST_PROBE_SNAT_IP', fallback: DEFAULT_HOST_PROBE_SNAT_IPV4, help: 'kubelet probe SNAT address', kind: 'string' },
+  { flag: 'snat-ipv6', env: 'HOST_PROBE_SNAT_IPV6', fallback: DEFAULT_HOST_PROBE_SNAT_IPV6, help: 'kubelet probe SNAT address (IPv6)', kind: 'string' },
+  { flag: 'plugin-source', env: 'CNI_PLUGIN_SOURCE', fallback: '', help: 'plugin binary to install (default: build/Release/istio-cni)', kind: 'string' },
+];
+
+export function usage(): string {
+  const rows = OPTIONS.map((o) => `  --${o.flag.padEnd(20)} ${(o.env ?? '').padEnd(22)} ${o.help} (default ${JSON.stringify(o.fallback)})`);
+  return `usage: ambient-node-agent run [options]\n\nflag / environment variable / meaning:\n${rows.join('\n')}\n`;
+}
+
+type Raw = Record<string, string>;
+
+function collect(args: string[], env: NodeJS.ProcessEnv): Raw {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({
+      args,
+      options: Object.fromEntries(OPTIONS.map((o) => [o.flag, { type: 'string' as const }])),
+      strict: true,
+    }));
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  return Object.fromEntries(OPTIONS.map((o) => [o.flag, String(values[o.flag] ?? (o.env ? env[o.env] : undefined) ?? o.fallback)]));
+}
+
+function bool(raw: Raw, flag: string, problems: string[]): boolean {
+  const parsed = parseGoBool(raw[flag] ?? '');
+  if (parsed === undefined) problems.push(`--${flag}: expected true or false, got ${JSON.stringify(raw[flag])}`);
+  return parsed ?? false;
+}
+
+function port(raw: Raw, flag: string, problems: string[]): number {
+  const n = Number(raw[flag]);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) problems.push(`--${flag}: expected a port number, got ${JSON.stringify(raw[flag])}`);
+  return n;
+}
+
+function backendOf(raw: string, problems: string[]): 'nftables' | 'iptables' {
+  if (raw === 'nftables' || raw === 'iptables') return raw;
+  const asBool = parseGoBool(raw); // NATIVE_NFTABLES=true|false, as Istio's chart sets it
+  if (asBool !== undefined) return asBool ? 'nftables' : 'iptables';
+  problems.push(`--backend: expected nftables or iptables, got ${JSON.stringify(raw)}`);
+  return 'nftables';
+}
+
+/** Parses flags and environment; throws one UsageError listing every bad value. */
+export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process.env, defaultPluginSource = ''): AgentConfig {
+  const raw = collect(args, env);
+  const problems: string[] = [];
+  const get = (flag: string): string => raw[flag] ?? '';
+  const kubeMode = get('kube-mode');
+  if (kubeMode !== 'auto' && kubeMode !== 'none') problems.push(`--kube-mode: expected auto or none, got ${JSON.stringify(kubeMode)}`);
+  if (!isIPv4(get('snat-ipv4'))) problems.push(`--snat-ipv4: not an IPv4 address: ${JSON.stringify(get('snat-ipv4'))}`);
+  if (!isIPv6(get('snat-ipv6'))) problems.push(`--snat-ipv6: not an IPv6 address: ${JSON.stringify(get('snat-ipv6'))}`);
+  if (!['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'].includes(get('log-level'))) problems.push(`--log-level: unknown level ${JSON.stringify(get('log-level'))}`);
+  const config: AgentConfig = {
+    cniBinDir: get('cni-bin-dir'),
+    cniConfDir: get('cni-conf-dir'),
+    cniConfName: get('cni-conf-name') || undefined,
+    runDir: get('run-dir'),
+    zdsSocket: get('zds-socket'),
+    kubeMode: kubeMode as KubeMode,
+    excludeNamespaces: get('exclude-namespaces').split(',').map((s) => s.trim()).filter(Boolean),
+    dnsCapture: bool(raw, 'dns-capture', problems),
+    ipv6: bool(raw, 'ipv6', problems),
+    backend: backendOf(get('backend'), problems),
+    netnsRoot: get('netns-root'),
+    procDir: get('proc-dir'),
+    healthPort: port(raw, 'health-port', problems),
+    metricsPort: port(raw, 'metrics-port', problems),
+    podNamespace: get('pod-namespace'),
+    logLevel: get('log-level'),
+    hostProbeSnatIpv4: get('snat-ipv4'),
+    hostProbeSnatIpv6: get('snat-ipv6'),
+    pluginSource: get('plugin-source') || defaultPluginSource,
+  };
+  if (problems.length > 0) throw new UsageError(problems.join('; '));
+  return config;
+}

@@ -1,0 +1,41 @@
+// `ambient-node-agent run`: the DaemonSet entrypoint.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { Agent, type Installer } from '../agent/agent.js';
+import { loadAgentConfig, usage, type AgentConfig } from '../agent/config.js';
+import { createLogger, type Logger } from '../ops/log.js';
+import { projectRoot } from '../project-root.js';
+import { UsageError } from './usage-error.js';
+
+export const RUN_USAGE = usage();
+
+/** Kubernetes mode (informers, annotations) is issue #5; until then the agent runs standalone. */
+function resolveKubeMode(config: AgentConfig, env: NodeJS.ProcessEnv): 'none' {
+  const kubeConfigured = Boolean(env['KUBERNETES_SERVICE_HOST'] || env['KUBECONFIG']);
+  if (config.kubeMode === 'auto' && kubeConfigured) {
+    throw new UsageError('Kubernetes mode is not available yet; run with --kube-mode none (standalone)');
+  }
+  return 'none';
+}
+
+export interface RunOptions {
+  makeInstaller?: (config: AgentConfig, log: Logger) => Installer | undefined;
+}
+
+export async function runAgent(args: string[], out: (s: string) => void, stop: Promise<void>, options: RunOptions = {}): Promise<number> {
+  if (args.includes('--help') || args.includes('-h')) {
+    out(RUN_USAGE);
+    return 0;
+  }
+  const defaultPlugin = join(projectRoot(), 'build', 'Release', 'istio-cni');
+  const config = loadAgentConfig(args, process.env, existsSync(defaultPlugin) ? defaultPlugin : '');
+  resolveKubeMode(config, process.env);
+  const log = createLogger({ level: config.logLevel });
+  const installer = options.makeInstaller?.(config, log);
+  const agent = new Agent(config, { log, ...(installer ? { installer } : {}) });
+  await agent.start();
+  await stop;
+  log.info('stopping: in-pod rules and the CNI config stay in place');
+  await agent.stop();
+  return 0;
+}

@@ -1,0 +1,145 @@
+// The standalone agent end to end without root: real plugin-event socket, real ZDS socket and a
+// ztunnel-like client; the kernel side (netns, rules) is the fake addon.
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Agent } from '../../src/agent/agent.js';
+import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
+import { FakeNetAddon, type FakeNamespace } from '../fakes/fake-net-addon.js';
+import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
+import { getHttp, postUnix } from '../helpers/unix-http.js';
+
+const listing = readFileSync(new URL('../fixtures/default-inpod.listing.nft', import.meta.url), 'utf8');
+
+function addEvent(name: string, uid = `uid-${name}`, namespace = 'shop') {
+  return {
+    Netns: `/var/run/netns/${name}`,
+    PodName: name,
+    PodNamespace: namespace,
+    PodUID: uid,
+    ContainerID: `c-${name}`,
+    IPs: [{ Interface: 2, Address: { IP: '10.1.0.5', Mask: '////AA==' }, Gateway: '10.1.0.1' }],
+  };
+}
+
+describe('standalone agent', () => {
+  let dir: string;
+  let config: AgentConfig;
+  let addon: FakeNetAddon;
+  let agent: Agent;
+  let pods: Record<string, FakeNamespace>;
+  const clients: FakeZtunnel[] = [];
+  const sock = (): string => join(config.runDir, 'pluginevent.sock');
+
+  async function ztunnel(): Promise<FakeZtunnel> {
+    const client = await FakeZtunnel.connect(config.zdsSocket);
+    clients.push(client);
+    await client.waitFor(() => client.snapshotSent);
+    return client;
+  }
+
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'agent-'));
+    config = loadAgentConfig(
+      ['--run-dir', join(dir, 'run'), '--zds-socket', join(dir, 'ztunnel', 'z.sock'), '--netns-root', '/host', '--health-port', '0', '--ipv6', 'false', '--exclude-namespaces', 'kube-system'],
+      {},
+    );
+    addon = new FakeNetAddon({ realFds: true });
+    addon.fresh.listing = listing;
+    pods = {};
+    for (const name of ['web', 'db', 'api', 'sys']) pods[name] = addon.addNetns(`/host/var/run/netns/${name}`);
+    agent = new Agent(config, { addon });
+    await agent.start();
+  });
+
+  afterEach(async () => {
+    for (const c of clients.splice(0)) c.close();
+    await agent.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('is ready once started, and serves /healthz', async () => {
+    expect(await getHttp(agent.healthPort!, '/readyz')).toEqual({ status: 200, body: 'ready\n' });
+    expect((await getHttp(agent.healthPort!, '/healthz')).status).toBe(200);
+    expect(statSync(sock()).mode & 0o777).toBe(0o600);
+    expect(statSync(config.runDir).mode & 0o777).toBe(0o750);
+    expect(JSON.parse(readFileSync(join(config.runDir, 'ambient-enablement.json'), 'utf8'))).toMatchObject({
+      version: 1,
+      allNamespaces: true,
+      excludedNamespaces: ['kube-system'],
+    });
+  });
+
+  it('ADD: opens the netns under --netns-root, applies the rules, hands the pod to ztunnel, then answers 200', async () => {
+    const z = await ztunnel();
+    expect(await postUnix(sock(), '/cmdadd', addEvent('web'))).toEqual({ status: 200, body: '' });
+    expect(pods['web']!.nftScripts).toHaveLength(1);
+    expect(z.messages.at(-1)).toMatchObject({ kind: 'add', uid: 'uid-web', info: { name: 'web', namespace: 'shop', serviceAccount: 'default' }, fds: 1 });
+    // a second ADD for the same pod is idempotent
+    expect((await postUnix(sock(), '/cmdadd', addEvent('web'))).status).toBe(200);
+    expect(z.running.size).toBe(1);
+    expect(addon.openFds).toBe(1);
+  });
+
+  it('answers 500 with the reason when ztunnel is not there, and the pod goes out with the next snapshot', async () => {
+    const res = await postUnix(sock(), '/cmdadd', addEvent('db'));
+    expect(res).toEqual({ status: 500, body: 'no ztunnel connection' });
+    const z = await ztunnel();
+    expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:uid-db', 'snapshotSent:']);
+  });
+
+  it('answers 400 for a bad body and 500 when the netns does not exist', async () => {
+    expect(await postUnix(sock(), '/cmdadd', '{not json')).toMatchObject({ status: 400, body: expect.stringContaining('invalid JSON') });
+    expect(await postUnix(sock(), '/cmdadd', { PodName: 'x' })).toEqual({ status: 400, body: 'missing Netns' });
+    const gone = await postUnix(sock(), '/cmdadd', addEvent('missing'));
+    expect(gone).toEqual({ status: 500, body: 'pod netns /host/var/run/netns/missing does not exist (the sandbox is gone?)' });
+  });
+
+  it('skips excluded namespaces', async () => {
+    await ztunnel();
+    expect((await postUnix(sock(), '/cmdadd', addEvent('sys', 'uid-sys', 'kube-system'))).status).toBe(200);
+    expect(pods['sys']!.nftScripts).toHaveLength(0);
+  });
+
+  it('DEL removes the rules and tells ztunnel; DEL of an unknown pod is fine', async () => {
+    const z = await ztunnel();
+    await postUnix(sock(), '/cmdadd', addEvent('web'));
+    const del = { Netns: '/var/run/netns/web', PodName: 'web', PodNamespace: 'shop', PodUID: 'uid-web' };
+    expect((await postUnix(sock(), '/cmddel', del)).status).toBe(200);
+    expect(pods['web']!.nftScripts.at(-1)).toContain('delete table inet istio-ambient-nat');
+    expect(z.messages.at(-1)).toMatchObject({ kind: 'del', uid: 'uid-web' });
+    expect((await postUnix(sock(), '/cmddel', del)).status).toBe(200);
+    expect(addon.openFds).toBe(0);
+  });
+
+  it('CHECK reports drift in an enrolled pod', async () => {
+    await ztunnel();
+    await postUnix(sock(), '/cmdadd', addEvent('web'));
+    pods['web']!.listing = listing;
+    expect((await postUnix(sock(), '/cmdcheck', addEvent('web'))).status).toBe(200);
+    pods['web']!.listing = '';
+    expect(await postUnix(sock(), '/cmdcheck', addEvent('web'))).toMatchObject({ status: 500, body: expect.stringContaining('missing table') });
+  });
+
+  it('after a restart: restores enrolled pods from the run dir, repairs drift, and sends them in the snapshot', async () => {
+    await ztunnel();
+    await postUnix(sock(), '/cmdadd', addEvent('web'));
+    await postUnix(sock(), '/cmdadd', addEvent('db'));
+    await postUnix(sock(), '/cmdadd', addEvent('api'));
+    await agent.stop();
+    for (const c of clients.splice(0)) c.close();
+    pods['web']!.listing = listing; // still in sync
+    pods['api']!.listing = ''; // drifted: rules must be re-applied
+    addon.namespaces.delete('/host/var/run/netns/db');
+    pods['db'] = addon.addNetns('/host/var/run/netns/db'); // the path now holds another namespace
+    agent = new Agent(config, { addon });
+    await agent.start();
+    const z = await ztunnel();
+    expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:uid-web', 'add:uid-api', 'snapshotSent:']);
+    expect(pods['web']!.nftScripts).toHaveLength(1); // in sync: not re-applied
+    expect(pods['api']!.nftScripts).toHaveLength(2); // drifted: re-applied
+    const state = JSON.parse(readFileSync(join(config.runDir, 'enrolled-pods.json'), 'utf8')) as { pods: { uid: string }[] };
+    expect(state.pods.map((p) => p.uid)).toEqual(['uid-web', 'uid-api']); // db's sandbox is gone
+  });
+});
