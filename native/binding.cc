@@ -221,6 +221,21 @@ void ParseExec(const Napi::Object& o, Step* s) {
     s->argv.push_back(a.As<Napi::String>().Utf8Value());
   }
   if (!o.Get("input").IsUndefined()) s->input = GetString(o, "input");
+  Napi::Value env = o.Get("env");
+  if (!env.IsUndefined()) {
+    if (!env.IsObject() || env.IsArray()) throw Napi::TypeError::New(o.Env(), "step.env must be an object of strings");
+    Napi::Object vars = env.As<Napi::Object>();
+    Napi::Array names = vars.GetPropertyNames();
+    s->replace_env = true;
+    for (uint32_t i = 0; i < names.Length(); i++) {
+      std::string name = names.Get(i).As<Napi::String>().Utf8Value();
+      Napi::Value value = vars.Get(name);
+      if (!value.IsString() || name.empty() || name.find('=') != std::string::npos) {
+        throw Napi::TypeError::New(o.Env(), "step.env: names must be non-empty without '=', values strings");
+      }
+      s->env.push_back(name + "=" + value.As<Napi::String>().Utf8Value());
+    }
+  }
   s->timeout_ms = static_cast<int>(GetUintOr(o, "timeoutMs", 30000, kMaxTimeoutMs));
 }
 

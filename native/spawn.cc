@@ -70,7 +70,8 @@ bool Pump(Pipes* p, const std::string& input, int timeout_ms, SpawnResult* r) {
 }  // namespace
 
 bool SpawnAndWait(const std::vector<std::string>& argv, const std::string& input, int timeout_ms,
-                  SpawnResult* result, SysError* err) {
+                  SpawnResult* result, SysError* err, bool replace_env,
+                  const std::vector<std::string>& env) {
   if (argv.empty()) {
     *err = SysError::FromErrno(EINVAL, "posix_spawnp", "", "empty argv");
     return false;
@@ -90,8 +91,11 @@ bool SpawnAndWait(const std::vector<std::string>& argv, const std::string& input
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   pid_t pid = 0;
-  int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), replace_env ? envp.data() : environ);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
     *err = SysError::FromErrno(rc, "posix_spawnp", argv[0]);

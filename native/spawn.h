@@ -17,7 +17,10 @@ struct SpawnResult {
   std::string err;
 };
 
+// `env` replaces the environment when `replace_env` is set (CNI plugins get exactly the CNI_*
+// variables a runtime would give them); otherwise the child inherits the agent's environment.
 bool SpawnAndWait(const std::vector<std::string>& argv, const std::string& input, int timeout_ms,
-                  SpawnResult* result, SysError* err);
+                  SpawnResult* result, SysError* err, bool replace_env = false,
+                  const std::vector<std::string>& env = {});
 
 }  // namespace ana

@@ -43,6 +43,8 @@ struct Step {
   std::vector<std::string> argv;   // kExec
   std::string input;
   int timeout_ms = 30000;
+  bool replace_env = false;        // kExec: run with exactly `env`
+  std::vector<std::string> env;    // "NAME=value"
 };
 
 struct StepResult {

@@ -32,7 +32,14 @@ export interface SocketStep {
   transparent?: boolean;
   reusePort?: boolean;
 }
-export interface ExecStep { op: 'exec'; argv: string[]; input?: string; timeoutMs?: number }
+export interface ExecStep {
+  op: 'exec';
+  argv: string[];
+  input?: string;
+  timeoutMs?: number;
+  /** When given, the child gets exactly these variables instead of the agent's environment. */
+  env?: Record<string, string>;
+}
 export interface NetnsIdStep { op: 'netnsId' }
 
 export type Step =

@@ -146,6 +146,8 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
     const [echoed] = await addon.run(handle, [{ op: 'exec', argv: ['cat'], input: big, timeoutMs: 10_000 }] as const);
     expect(echoed.stdout.length).toBe(1 << 20); // output capture is capped at 1 MiB
     expect(echoed.exitCode).toBe(0);
+    const [env] = await addon.run(handle, [{ op: 'exec', argv: ['/usr/bin/env'], env: { CNI_COMMAND: 'ADD', A: 'b c' } }] as const);
+    expect(env.stdout).toBe('CNI_COMMAND=ADD\nA=b c\n'); // exactly the given environment
     const slow = await addon.run(handle, [{ op: 'exec', argv: ['sleep', '5'], timeoutMs: 200 }]).catch((e: unknown) => e);
     expect(slow).toMatchObject({ code: 'ETIMEDOUT', syscall: 'waitpid' });
     const missing = await addon.run(handle, [{ op: 'exec', argv: ['/nonexistent/bin'] }]).catch((e: unknown) => e);
