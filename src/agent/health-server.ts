@@ -1,8 +1,7 @@
 // /healthz (always 200 while the process serves) and /readyz (200 only when every readiness
 // condition holds; 503 listing what is missing), as Istio's health server on :8000.
 import { createServer, type Server } from 'node:http';
-
-export type ReadinessCheck = () => string | undefined;
+import { closeServer, listen } from '../util/http-server.js';
 
 export class HealthServer {
   #server: Server | undefined;
@@ -27,18 +26,13 @@ export class HealthServer {
       }
       res.writeHead(404).end('not found\n');
     });
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.port, this.host, () => resolve());
-    });
+    await listen(server, this.port, this.host);
     this.#server = server;
   }
 
   async close(): Promise<void> {
     const server = this.#server;
     this.#server = undefined;
-    if (!server) return;
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await closeServer(server);
   }
 }

@@ -5,6 +5,7 @@ import { chmodSync, lstatSync, mkdirSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { dirname } from 'node:path';
 import { silentLogger, type Logger } from '../ops/log.js';
+import { closeServer, listen } from '../util/http-server.js';
 import { ROUTE_ADD, ROUTE_CHECK, ROUTE_DEL, type PluginAddEvent, type PluginDelEvent } from '../cni/protocol.js';
 
 const MAX_BODY_BYTES = 64 * 1024;
@@ -99,10 +100,7 @@ export class PluginEventServer {
     chmodSync(dirname(this.socketPath), 0o750);
     removeStaleSocket(this.socketPath);
     const server = createServer((req, res) => void this.#handle(req, res));
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.socketPath, () => resolve());
-    });
+    await listen(server, this.socketPath);
     chmodSync(this.socketPath, 0o600);
     this.#server = server;
     this.#log.info({ socket: this.socketPath }, 'plugin-event server listening');
@@ -111,9 +109,7 @@ export class PluginEventServer {
   async close(): Promise<void> {
     const server = this.#server;
     this.#server = undefined;
-    if (!server) return;
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await closeServer(server);
   }
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
