@@ -19,6 +19,32 @@
       "cflags_cc": ["-std=c++17", "-fexceptions", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers"],
       "libraries": ["-lnftables", "-lmnl", "-lpthread"],
       "conditions": [["OS!='linux'", { "type": "none" }]]
+    },
+    {
+      "target_name": "istio-cni",
+      "type": "executable",
+      "sources": [
+        "native/cni-plugin/main.cc",
+        "native/cni-plugin/commands.cc",
+        "native/cni-plugin/config.cc",
+        "native/cni-plugin/result.cc",
+        "native/cni-plugin/plugin_event.cc",
+        "native/cni-plugin/http.cc",
+        "native/cni-plugin/agent_client.cc",
+        "native/cni-plugin/enablement.cc",
+        "native/cni-plugin/versions.cc",
+        "native/cni-plugin/log.cc"
+      ],
+      "cflags!": ["-O3", "-fno-omit-frame-pointer", "-fPIC"],
+      "cflags_cc!": ["-fno-exceptions", "-std=gnu++17", "-O3"],
+      "cflags_cc": ["-std=c++17", "-fexceptions", "-Os", "-ffunction-sections", "-fdata-sections", "-Wall", "-Wextra", "-Werror"],
+      "ldflags!": ["-rdynamic"],
+      "ldflags": ["-static", "-s", "-Os", "-Wl,--gc-sections"],
+      "configurations": {
+        "Release": { "cflags!": ["-O3"], "cflags_cc!": ["-O3"] },
+        "Debug": { "cflags!": ["-O3"], "cflags_cc!": ["-O3"] }
+      },
+      "conditions": [["OS!='linux'", { "type": "none" }]]
     }
   ]
 }

@@ -1,0 +1,186 @@
+// istio-cni plugin ADD exec time against an agent that answers at once, side by side with exec of
+// /bin/true in the same run (target: plugin p50 within 1.5x of /bin/true). The agent is an
+// in-process HTTP server on <tmp>/pluginevent.sock; both programs are spawned the same way (Node
+// child_process.spawn, argv only, same env and stdin), interleaved, and timed from spawn() to the
+// child's exit with process.hrtime.bigint().
+// Usage: [BENCH_EXECS=300] node dist/bench/plugin.js   (no root needed)
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { cpus, release, tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { PLUGIN_EVENT_SOCKET, ROUTE_ADD } from '../src/cni/protocol.js';
+import { projectRoot } from '../src/project-root.js';
+import { elapsedMs, formatTable, summarize, summaryRow } from './support.js';
+
+const TARGET_RATIO = 1.5;
+const WARMUP = 10;
+const TRUE_BINARY = '/bin/true';
+const PLUGIN_BINARY = join(projectRoot(import.meta.url), 'build', 'Release', 'istio-cni');
+
+interface Exec {
+  ms: number;
+  status: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** One exec: spawn to 'exit' is the timed part; stdout/stderr are collected for the checks. */
+function timedExec(file: string, env: Record<string, string>, input: string): Promise<Exec> {
+  return new Promise((resolve, reject) => {
+    let ms = NaN;
+    let status: number | null = null;
+    let stdout = '';
+    let stderr = '';
+    const start = process.hrtime.bigint();
+    const child = spawn(file, [], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    child.on('exit', (code) => {
+      ms = elapsedMs(start);
+      status = code;
+    });
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    child.on('error', reject);
+    child.on('close', () => resolve({ ms, status, stdout, stderr }));
+    child.stdin.on('error', () => {}); // /bin/true exits without reading stdin
+    child.stdin.end(input);
+  });
+}
+
+/** The fake agent: 200 with an empty body as soon as the request body has arrived. */
+function startAgent(socketPath: string, counts: Map<string, number>): Promise<Server> {
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      counts.set(req.url ?? '', (counts.get(req.url ?? '') ?? 0) + 1);
+      res.writeHead(200).end();
+    });
+  });
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(socketPath, () => resolve(server));
+  });
+}
+
+function execCount(): number {
+  const raw = process.env.BENCH_EXECS;
+  const n = raw === undefined ? 300 : Number(raw);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`BENCH_EXECS must be a positive integer, got ${raw}`);
+  return n;
+}
+
+async function main(): Promise<void> {
+  if (!existsSync(PLUGIN_BINARY)) throw new Error(`${PLUGIN_BINARY} is missing: run \`npm run build\` first`);
+  const n = execCount();
+  const runDir = mkdtempSync(join(tmpdir(), 'bench-plugin-'));
+  const counts = new Map<string, number>();
+  let server: Server | undefined;
+  try {
+    server = await startAgent(join(runDir, PLUGIN_EVENT_SOCKET), counts);
+
+    // A realistic chained ADD: Istio's installer config, one pod IP from the primary CNI.
+    const input = JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'istio-cni',
+      type: 'istio-cni',
+      ambient_enabled: true,
+      cni_agent_run_dir: runDir,
+      dns: {},
+      enable_ambient_detection_retry: false,
+      enablement_selectors: [{ podSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } } }],
+      exclude_namespaces: ['kube-system'],
+      ipam: {},
+      native_nftables: true,
+      plugin_log_level: 'info',
+      pod_namespace: 'istio-system',
+      prevResult: {
+        cniVersion: '1.0.0',
+        interfaces: [{ name: 'eth0', mac: '0a:58:0a:f4:01:05', sandbox: '/var/run/netns/bench' }],
+        ips: [{ interface: 0, address: '10.244.1.5/24', gateway: '10.244.1.1' }],
+        routes: [{ dst: '0.0.0.0/0', gw: '10.244.1.1' }],
+        dns: {},
+      },
+    });
+    // Only what a runtime passes (plus PATH); the same env for both programs.
+    const env: Record<string, string> = {
+      PATH: '/usr/sbin:/usr/bin:/sbin:/bin',
+      CNI_COMMAND: 'ADD',
+      CNI_CONTAINERID: 'bench0123456789',
+      CNI_NETNS: '/var/run/netns/bench',
+      CNI_IFNAME: 'eth0',
+      CNI_PATH: '/opt/cni/bin',
+      CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=pod-0;K8S_POD_INFRA_CONTAINER_ID=bench0123456789;K8S_POD_UID=uid-0',
+    };
+
+    const samples = { plugin: [] as number[], true: [] as number[] };
+    let failures = 0;
+    let firstFailure = '';
+    const runPlugin = async (record: boolean): Promise<void> => {
+      const r = await timedExec(PLUGIN_BINARY, env, input);
+      if (r.status !== 0 || !r.stdout.includes('"10.244.1.5/24"') || r.stderr !== '') {
+        failures++;
+        firstFailure ||= `exit ${r.status}, stdout ${r.stdout.trim()}, stderr ${r.stderr.trim()}`;
+      }
+      if (record) samples.plugin.push(r.ms);
+    };
+    const runTrue = async (record: boolean): Promise<void> => {
+      const r = await timedExec(TRUE_BINARY, env, input);
+      if (r.status !== 0) throw new Error(`${TRUE_BINARY} exited with ${r.status}`);
+      if (record) samples.true.push(r.ms);
+    };
+
+    for (let i = 0; i < WARMUP; i++) {
+      await runPlugin(false);
+      await runTrue(false);
+    }
+    // Interleaved, alternating which goes first, so drift (CPU frequency, page cache, other
+    // tenants) hits both alike.
+    for (let i = 0; i < n; i++) {
+      if (i % 2 === 0) {
+        await runPlugin(true);
+        await runTrue(true);
+      } else {
+        await runTrue(true);
+        await runPlugin(true);
+      }
+      if ((i + 1) % 100 === 0 || i + 1 === n) process.stderr.write(`  ${i + 1}/${n} iterations\n`);
+    }
+
+    const plugin = summarize(samples.plugin);
+    const trueRun = summarize(samples.true);
+    const ratio = plugin.p50 / trueRun.p50;
+    const agentAdds = counts.get(ROUTE_ADD) ?? 0;
+    const lines = [
+      `istio-cni plugin ADD exec vs ${TRUE_BINARY} (ms, spawn to exit)`,
+      formatTable(
+        ['program', 'n', 'p50', 'p90', 'p99', 'mean'],
+        [summaryRow('istio-cni ADD (agent answers 200 at once)', plugin), summaryRow(TRUE_BINARY, trueRun)],
+      ),
+      '',
+      'notes:',
+      `- node ${process.version}, kernel ${release()}, ${cpus().length} CPU(s) (${cpus()[0]?.model ?? '?'})`,
+      `- plugin binary ${PLUGIN_BINARY} (${statSync(PLUGIN_BINARY).size} bytes, static)`,
+      `- ${n} execs of each, interleaved with alternating order after ${WARMUP} untimed warm-up execs of each`,
+      `- both spawned with child_process.spawn (argv, no shell), same env (CNI_* for ADD) and the same ${input.length}-byte stdin`,
+      `- the agent is an in-process node:http server on ${PLUGIN_EVENT_SOCKET}; its reply latency is inside the plugin's time`,
+      `- agent received ${agentAdds} ${ROUTE_ADD} requests (expected ${n + WARMUP}); plugin failures: ${failures}${firstFailure ? ` (first: ${firstFailure})` : ''}`,
+      `- p50 plugin - p50 true = ${(plugin.p50 - trueRun.p50).toFixed(3)} ms`,
+      ...(failures > 0 || agentAdds !== n + WARMUP ? ['WARNING: some plugin execs did not complete the ADD as expected'] : []),
+      ...(ratio > TARGET_RATIO ? [`WARNING: plugin p50 is ${ratio.toFixed(2)}x /bin/true (target ${TARGET_RATIO}x)`] : []),
+      `ratio_vs_true=${ratio.toFixed(2)}`, // must stay the last line
+    ];
+    console.log(lines.join('\n'));
+  } finally {
+    if (server) {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server?.close(() => resolve()));
+    }
+    rmSync(runDir, { recursive: true, force: true });
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err instanceof Error ? err.stack ?? err.message : String(err));
+  process.exitCode = 1;
+});

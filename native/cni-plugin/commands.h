@@ -1,0 +1,22 @@
+// ADD, DEL and CHECK: which pods the plugin leaves alone, what it tells the agent, and what an
+// unreachable or unhappy agent means for the pod. Each returns what goes to stdout (or nothing)
+// and throws CniError for the spec error object.
+#pragma once
+
+#include <string>
+
+#include "config.h"
+
+namespace istio_cni {
+
+struct Invocation {
+  CniEnv env;
+  K8sArgs k8s;
+  PluginConfig config;
+};
+
+std::string CmdAdd(const Invocation& inv);
+void CmdDel(const Invocation& inv);
+void CmdCheck(const Invocation& inv);
+
+}  // namespace istio_cni
