@@ -8,6 +8,8 @@
 
 #include <memory>
 
+extern char** environ;
+
 #include "netns.h"
 #include "netns_executor.h"
 #include "fd_poller.h"
@@ -235,6 +237,11 @@ void ParseExec(const Napi::Object& o, Step* s) {
       }
       s->env.push_back(name + "=" + value.As<Napi::String>().Utf8Value());
     }
+  } else {
+    // The worker thread must not read `environ` while JS may be changing process.env: copy it
+    // here, on the JS thread.
+    s->replace_env = true;
+    for (char** e = environ; *e != nullptr; e++) s->env.emplace_back(*e);
   }
   s->timeout_ms = static_cast<int>(GetUintOr(o, "timeoutMs", 30000, kMaxTimeoutMs));
 }

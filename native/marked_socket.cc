@@ -77,7 +77,6 @@ bool MakeTransparent(int fd, int family, SysError* err) {
 }
 
 bool Configure(int fd, const SocketSpec& spec, SysError* err) {
-  int one = 1;
   if (spec.transparent && !MakeTransparent(fd, spec.family, err)) return false;
   if (spec.reuse_port && !SetFlag(fd, SOL_SOCKET, SO_REUSEPORT, "SO_REUSEPORT", err)) return false;
   if (spec.set_mark && setsockopt(fd, SOL_SOCKET, SO_MARK, &spec.mark, sizeof(spec.mark)) != 0) {
@@ -85,10 +84,8 @@ bool Configure(int fd, const SocketSpec& spec, SysError* err) {
     return false;
   }
   if (!spec.bind_address.empty()) {
-    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
-      *err = SysError::FromErrno(errno, "setsockopt", "SO_REUSEADDR");
-      return false;
-    }
+    // TCP only: on UDP, SO_REUSEADDR would let two sockets share a port silently.
+    if (spec.type == SOCK_STREAM && !SetFlag(fd, SOL_SOCKET, SO_REUSEADDR, "SO_REUSEADDR", err)) return false;
     sockaddr_storage ss;
     socklen_t len;
     if (!FillAddress(spec.family, spec.bind_address, spec.bind_port, &ss, &len, err)) return false;

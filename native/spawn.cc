@@ -94,8 +94,14 @@ bool SpawnAndWait(const std::vector<std::string>& argv, const std::string& input
   std::vector<char*> envp;
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
+  // Its own process group, so a timeout kills what the child started too (bridge -> host-local).
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid = 0;
-  int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), replace_env ? envp.data() : environ);
+  int rc = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), replace_env ? envp.data() : environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
     *err = SysError::FromErrno(rc, "posix_spawnp", argv[0]);
@@ -108,7 +114,7 @@ bool SpawnAndWait(const std::vector<std::string>& argv, const std::string& input
   // full stdout pipe, waits for us to read (the deadline could not fire then).
   fcntl(p.fds[0][1], F_SETFL, fcntl(p.fds[0][1], F_GETFL) | O_NONBLOCK);
   bool finished = Pump(&p, input, timeout_ms, result);
-  if (!finished) kill(pid, SIGKILL);
+  if (!finished) kill(-pid, SIGKILL);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }

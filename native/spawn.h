@@ -17,8 +17,9 @@ struct SpawnResult {
   std::string err;
 };
 
-// `env` replaces the environment when `replace_env` is set (CNI plugins get exactly the CNI_*
-// variables a runtime would give them); otherwise the child inherits the agent's environment.
+// The child gets exactly `env` when `replace_env` is set; otherwise it inherits `environ`, which
+// is only safe to read here if no other thread can change the environment (binding.cc always
+// passes a copy taken on the JS thread instead).
 bool SpawnAndWait(const std::vector<std::string>& argv, const std::string& input, int timeout_ms,
                   SpawnResult* result, SysError* err, bool replace_env = false,
                   const std::vector<std::string>& env = {});

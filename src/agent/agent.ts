@@ -91,7 +91,7 @@ export class Agent {
   async start(): Promise<void> {
     mkdirSync(this.config.runDir, { recursive: true, mode: 0o750 });
     await this.#health.start();
-    writeEnablementSnapshot(this.config.runDir, { allNamespaces: true, namespaces: [], excludedNamespaces: this.config.excludeNamespaces });
+    await writeEnablementSnapshot(this.config.runDir, { allNamespaces: true, namespaces: [], excludedNamespaces: this.config.excludeNamespaces });
     if (this.rules instanceof NftablesInpodRules) await this.rules.warmUp();
     await this.enroller.restore();
     this.#restored = true;

@@ -68,7 +68,7 @@ export class PodEnroller {
         netns.close();
         throw err;
       }
-      this.deps.store.put(this.#record(pod, netns));
+      await this.deps.store.put(this.#record(pod, netns));
       const started = process.hrtime.bigint();
       await this.deps.registry.add({ uid: pod.uid, name: pod.name, namespace: pod.namespace, serviceAccount: this.#serviceAccount(pod) }, netns);
       log.info({ zdsMs: Number(process.hrtime.bigint() - started) / 1e6, netnsIno: netns.ino }, 'pod enrolled');
@@ -88,7 +88,7 @@ export class PodEnroller {
         );
       }
       await this.deps.registry.delete(uid);
-      this.deps.store.remove(uid);
+      await this.deps.store.remove(uid);
       this.#log.info({ uid }, 'pod removed');
     });
   }
@@ -128,13 +128,13 @@ export class PodEnroller {
       netns = this.#open(pod.netnsPath);
     } catch (err) {
       log.info({ err: (err as Error).message }, 'netns gone; dropping pod');
-      this.deps.store.remove(pod.uid);
+      await this.deps.store.remove(pod.uid);
       return 'dropped';
     }
     if (netns.ino !== pod.netnsIno || netns.dev !== pod.netnsDev) {
       netns.close();
       log.info({ netnsPath: pod.netnsPath }, 'netns path now holds another namespace; dropping pod');
-      this.deps.store.remove(pod.uid);
+      await this.deps.store.remove(pod.uid);
       return 'dropped';
     }
     const drift = await this.deps.rules.verify(netns, NO_OVERRIDES).catch((err: unknown) => ({ error: err as Error }));

@@ -2,7 +2,7 @@
 // pod's netns again without Kubernetes. Every change rewrites the file atomically.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { writeFileAtomic } from '../util/atomic-file.js';
+import { atomicWriteFile } from '../util/atomic-file.js';
 
 export const STATE_FILE = 'enrolled-pods.json';
 
@@ -28,6 +28,7 @@ interface StateFile {
 export class PodStateStore {
   readonly path: string;
   readonly #pods = new Map<string, EnrolledPod>();
+  #saving: Promise<void> = Promise.resolve();
 
   constructor(runDir: string) {
     this.path = join(runDir, STATE_FILE);
@@ -62,17 +63,20 @@ export class PodStateStore {
     return [...this.#pods.values()];
   }
 
-  put(pod: EnrolledPod): void {
+  put(pod: EnrolledPod): Promise<void> {
     this.#pods.set(pod.uid, pod);
-    this.#save();
+    return this.#save();
   }
 
-  remove(uid: string): void {
-    if (this.#pods.delete(uid)) this.#save();
+  async remove(uid: string): Promise<void> {
+    if (this.#pods.delete(uid)) await this.#save();
   }
 
-  #save(): void {
+  /** Saves are chained so that an older snapshot never overwrites a newer one. */
+  #save(): Promise<void> {
     const file: StateFile = { version: 1, pods: [...this.#pods.values()] };
-    writeFileAtomic(this.path, `${JSON.stringify(file, null, 2)}\n`, 0o600);
+    const text = `${JSON.stringify(file, null, 2)}\n`;
+    this.#saving = this.#saving.catch(() => undefined).then(() => atomicWriteFile(this.path, text, { mode: 0o600 }));
+    return this.#saving;
   }
 }

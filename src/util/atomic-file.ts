@@ -1,27 +1,78 @@
-// Atomic file replacement: write a temp file in the same directory, fsync it, rename it over the
-// target, fsync the directory. A reader (or a crash) sees the old file or the new one, never half.
-import { closeSync, fsyncSync, mkdirSync, openSync, renameSync, writeSync, rmSync } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
+// Atomic replacement of a file: write `<path>.tmp.<12 hex>` in the same directory, set its mode
+// (and owner, when we may), fsync it, rename it over the target, fsync the directory. Readers
+// (the container runtime, the kubelet) see the old file or the new one, never a partial one.
+// The temp name never ends in .conf/.conflist, so the runtime ignores it.
 
-export function writeFileAtomic(path: string, data: string | Uint8Array, mode = 0o644): void {
-  const dir = dirname(path);
-  mkdirSync(dir, { recursive: true });
-  const tmp = join(dir, `.${basename(path)}.tmp.${process.pid}.${Date.now()}`);
-  const fd = openSync(tmp, 'w', mode);
+import { randomBytes } from 'node:crypto';
+import { constants as fsConstants } from 'node:fs';
+import { chmod, copyFile, open, rename, unlink } from 'node:fs/promises';
+import { dirname } from 'node:path';
+
+const TEMP_INFIX = '.tmp.';
+
+export interface AtomicWriteOptions {
+  mode: number;
+  /** Keep this owner (best effort: only root may give a file away). */
+  uid?: number;
+  gid?: number;
+}
+
+function tempPath(path: string): string {
+  return `${path}${TEMP_INFIX}${randomBytes(6).toString('hex')}`;
+}
+
+async function syncDir(dir: string): Promise<void> {
   try {
-    writeSync(fd, typeof data === 'string' ? Buffer.from(data) : data);
-    fsyncSync(fd);
-  } catch (err) {
-    closeSync(fd);
-    rmSync(tmp, { force: true });
-    throw err;
+    const h = await open(dir, 'r');
+    try {
+      await h.sync();
+    } finally {
+      await h.close();
+    }
+  } catch {
+    // Some filesystems refuse fsync on a directory; the rename is still atomic.
   }
-  closeSync(fd);
-  renameSync(tmp, path);
-  const dirFd = openSync(dir, 'r');
+}
+
+async function finish(tmp: string, path: string, opts: AtomicWriteOptions): Promise<void> {
+  const h = await open(tmp, 'r+');
   try {
-    fsyncSync(dirFd);
+    await h.chmod(opts.mode); // exact mode, whatever the umask
+    if (opts.uid !== undefined && opts.gid !== undefined) {
+      await h.chown(opts.uid, opts.gid).catch(() => undefined);
+    }
+    await h.sync();
   } finally {
-    closeSync(dirFd);
+    await h.close();
+  }
+  await rename(tmp, path);
+  await syncDir(dirname(path));
+}
+
+export async function atomicWriteFile(path: string, data: string | Uint8Array, opts: AtomicWriteOptions): Promise<void> {
+  const tmp = tempPath(path);
+  try {
+    const h = await open(tmp, 'wx', 0o600);
+    try {
+      await h.writeFile(data);
+    } finally {
+      await h.close();
+    }
+    await finish(tmp, path, opts);
+  } catch (e) {
+    await unlink(tmp).catch(() => undefined);
+    throw e;
+  }
+}
+
+export async function atomicCopyFile(src: string, path: string, opts: AtomicWriteOptions): Promise<void> {
+  const tmp = tempPath(path);
+  try {
+    await copyFile(src, tmp, fsConstants.COPYFILE_EXCL);
+    await chmod(tmp, 0o600);
+    await finish(tmp, path, opts);
+  } catch (e) {
+    await unlink(tmp).catch(() => undefined);
+    throw e;
   }
 }
