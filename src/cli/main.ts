@@ -4,12 +4,15 @@ import type { NetAddon } from '../addon/net-addon.js';
 import { parseRulesArgs, runRulesCommand } from './rules-command.js';
 import { UsageError } from './usage-error.js';
 import { parseZdsArgs, runZdsServe, ZDS_USAGE } from './zds-command.js';
-import { runAgent } from './run-command.js';
+import { runAgent, uninstall } from './run-command.js';
+import { runDemo } from '../demo/demo-command.js';
 
 const USAGE = `usage: ambient-node-agent <command> [options]
 
 commands:
   run      the node agent (DaemonSet entrypoint); run --help lists every flag and env var
+  demo     the whole CNI path on this machine (root, no Kubernetes), narrated, then cleaned up
+  uninstall  remove the CNI config entry and the plugin binary this agent installed
   rules    print, apply, delete or verify Istio's in-pod / host redirection rules
   zds      serve pods to ztunnel over ZDS (zds serve --pod ns/name/sa/uid=/var/run/netns/x)
 
@@ -35,6 +38,10 @@ export async function main(argv: string[], io: MainIO = processIO, addon?: NetAd
         return await runRulesCommand(parseRulesArgs(rest), io, addon);
       case 'run':
         return await runAgent(rest, io.out, untilSignal());
+      case 'demo':
+        return await runDemo(io.out, untilSignal());
+      case 'uninstall':
+        return await uninstall(rest, io.out);
       case 'zds': {
         const cmd = parseZdsArgs(rest);
         if (cmd === 'help') {
@@ -50,7 +57,7 @@ export async function main(argv: string[], io: MainIO = processIO, addon?: NetAd
         io.out(USAGE);
         return command === undefined ? 2 : 0;
       default:
-        throw new UsageError(`unknown command ${JSON.stringify(command)} (commands: run, rules, zds)`);
+        throw new UsageError(`unknown command ${JSON.stringify(command)} (commands: run, demo, uninstall, rules, zds)`);
     }
   } catch (err) {
     if (err instanceof UsageError || err instanceof RangeError) {

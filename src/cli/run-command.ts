@@ -2,6 +2,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Agent, type Installer } from '../agent/agent.js';
+import { installerFor } from '../cni-install/from-agent-config.js';
 import { loadAgentConfig, usage, type AgentConfig } from '../agent/config.js';
 import { createLogger, type Logger } from '../ops/log.js';
 import { projectRoot } from '../project-root.js';
@@ -22,20 +23,37 @@ export interface RunOptions {
   makeInstaller?: (config: AgentConfig, log: Logger) => Installer | undefined;
 }
 
+function configFrom(args: string[]): AgentConfig {
+  const defaultPlugin = join(projectRoot(), 'build', 'Release', 'istio-cni');
+  return loadAgentConfig(args, process.env, existsSync(defaultPlugin) ? defaultPlugin : '');
+}
+
 export async function runAgent(args: string[], out: (s: string) => void, stop: Promise<void>, options: RunOptions = {}): Promise<number> {
   if (args.includes('--help') || args.includes('-h')) {
     out(RUN_USAGE);
     return 0;
   }
-  const defaultPlugin = join(projectRoot(), 'build', 'Release', 'istio-cni');
-  const config = loadAgentConfig(args, process.env, existsSync(defaultPlugin) ? defaultPlugin : '');
+  const config = configFrom(args);
   resolveKubeMode(config, process.env);
   const log = createLogger({ level: config.logLevel });
-  const installer = options.makeInstaller?.(config, log);
+  const makeInstaller = options.makeInstaller ?? ((c, l) => installerFor(c, l));
+  const installer = makeInstaller(config, log);
   const agent = new Agent(config, { log, ...(installer ? { installer } : {}) });
   await agent.start();
   await stop;
   log.info('stopping: in-pod rules and the CNI config stay in place');
   await agent.stop();
+  return 0;
+}
+
+/** `ambient-node-agent uninstall`: removes our CNI config entry and the plugin binary. */
+export async function uninstall(args: string[], out: (s: string) => void): Promise<number> {
+  if (args.includes('--help') || args.includes('-h')) {
+    out(`usage: ambient-node-agent uninstall [run's --cni-* flags]\n\nRemoves the istio-cni entry from the CNI config and the plugin binary (in-pod rules stay).\n`);
+    return 0;
+  }
+  const config = configFrom(args);
+  const result = await installerFor({ ...config, pluginSource: config.pluginSource || '-' }).uninstall();
+  out(`rewrote ${result.rewritten.join(', ') || 'nothing'}; removed ${result.removed.join(', ') || 'nothing'}\n`);
   return 0;
 }

@@ -3,7 +3,7 @@
 // config, keeps both in place while the agent runs, and removes them on a real uninstall.
 
 import { type FSWatcher, watch as fsWatch } from 'node:fs';
-import { chmod, readdir, readFile, stat, unlink } from 'node:fs/promises';
+import { chmod, mkdir, readdir, readFile, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { type Logger, silentLogger } from '../ops/log.js';
@@ -220,6 +220,7 @@ export class CniInstaller {
         this.#log.info({ path: target }, 'fixed plugin binary mode');
       }
     } else {
+      await mkdir(this.#opts.binDir, { recursive: true, mode: 0o755 }); // a fresh node may not have it yet
       await atomicCopyFile(this.#opts.pluginSource, target, { mode: BINARY_MODE });
       changed = true;
       this.#log.info({ path: target, bytes: src.length }, 'installed plugin binary');

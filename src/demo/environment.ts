@@ -1,0 +1,309 @@
+// Everything the demo (and its end-to-end test) runs on one Linux box, without Kubernetes: a
+// throw-away node namespace where the real bridge + host-local plugins build the pod network, the
+// agent as its own process (standalone, installing and chaining our plugin), a ztunnel stand-in
+// on the agent's ZDS socket, and pods created the way a container runtime creates them.
+// Nothing touches the machine's own network: the bridge and veths live in the node namespace.
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { NativeNetAddon, type NetnsHandle } from '../addon/net-addon.js';
+import { projectRoot } from '../project-root.js';
+import { CniRuntime, type CniPod } from './cni-runtime.js';
+import { dnsQuery, EchoApp, tcpExchange, DEMO_APP_PORT } from './demo-apps.js';
+import { ZtunnelStandIn, type StandInEvent } from './ztunnel-standin.js';
+
+export const CNI_PLUGIN_DIR = '/usr/lib/cni';
+const NEEDED_PLUGINS = ['bridge', 'host-local'];
+/** Any address off the pod network: only the DNS capture rule can make it answer. */
+export const CLUSTER_DNS = '10.96.0.10';
+
+export interface DemoPod {
+  name: string;
+  uid: string;
+  ip: string;
+  netnsName: string;
+  netnsPath: string;
+  handle: NetnsHandle;
+  cni: CniPod;
+  app: EchoApp;
+}
+
+export interface ConnectionRow {
+  from: string;
+  to: string;
+  /** Outbound capture in the client pod: the stand-in's 15001 saw this original destination. */
+  outbound?: StandInEvent;
+  /** Inbound capture in the server pod: the stand-in's 15006 saw this, with the client IP. */
+  inbound?: StandInEvent;
+  /** The address the server application saw as its peer. */
+  peerSeenByApp: string;
+  echoed: boolean;
+}
+
+export interface DnsRow {
+  pod: string;
+  name: string;
+  answer: string;
+  event?: StandInEvent;
+}
+
+export interface DemoOptions {
+  podNames?: string[];
+  /** Third octet of the 10.248.X.0/24 pod subnet (so parallel runs do not collide). */
+  subnet?: number;
+  log?: (line: string) => void;
+}
+
+function ip(args: string[]): string {
+  return execFileSync('ip', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** Why the demo cannot run here, or undefined. */
+export function demoPrerequisites(): string | undefined {
+  if (process.getuid?.() !== 0) return 'the demo needs root (it creates network namespaces)';
+  const missing = NEEDED_PLUGINS.filter((p) => !existsSync(join(CNI_PLUGIN_DIR, p)));
+  if (missing.length > 0) return `missing CNI plugins ${missing.join(', ')} in ${CNI_PLUGIN_DIR}: apt-get install containernetworking-plugins`;
+  const root = projectRoot();
+  for (const built of ['build/Release/istio-cni', 'build/Release/ambient_native.node', 'dist/src/cli/main.js']) {
+    if (!existsSync(join(root, built))) return `${built} is missing: npm run build`;
+  }
+  return undefined;
+}
+
+export class DemoEnvironment {
+  readonly addon = new NativeNetAddon();
+  readonly pods: DemoPod[] = [];
+  readonly workDir = mkdtempSync(join(tmpdir(), 'ana-demo-'));
+  readonly runDir = join(this.workDir, 'run');
+  readonly confDir = join(this.workDir, 'net.d');
+  readonly binDir = join(this.workDir, 'bin');
+  readonly zdsSocket = join(this.workDir, 'ztunnel', 'ztunnel.sock');
+  readonly primaryConfig = join(this.workDir, 'net.d', '10-demo.conflist');
+  readonly agentLog = join(this.workDir, 'agent.log');
+  readonly #prefix = `anademo${process.pid}`;
+  readonly #subnet: string;
+  readonly #podNames: string[];
+  readonly #log: (line: string) => void;
+  readonly #namespaces: string[] = [];
+  #node: NetnsHandle | undefined;
+  #agent: ChildProcess | undefined;
+  #healthPort = 0;
+  standIn: ZtunnelStandIn | undefined;
+  #runtime: CniRuntime | undefined;
+
+  constructor(options: DemoOptions = {}) {
+    this.#podNames = options.podNames ?? ['web', 'api', 'db'];
+    this.#subnet = `10.248.${options.subnet ?? 77}`;
+    this.#log = options.log ?? (() => {});
+  }
+
+  get healthPort(): number {
+    return this.#healthPort;
+  }
+
+  /** Node namespace, CNI config, agent, ztunnel stand-in: everything but the pods. */
+  async setUp(): Promise<void> {
+    const problem = demoPrerequisites();
+    if (problem) throw new Error(problem);
+    this.#log(`work dir ${this.workDir}`);
+    this.#node = this.addon.openNetns(this.#createNamespace(`${this.#prefix}-node`));
+    this.#writePrimaryConfig();
+    await this.startAgent();
+    this.standIn = new ZtunnelStandIn({ socketPath: this.zdsSocket, addon: this.addon, log: (l) => this.#log(`ztunnel: ${l}`) }).start();
+    await this.standIn.waitFor(() => this.standIn!.ready, 10_000, 'ztunnel stand-in connected and synced');
+    this.#log('ztunnel stand-in connected to the agent (ZDS snapshot received)');
+  }
+
+  /** The node's primary network: a bridge with host-local IPAM kept in the work dir. */
+  #writePrimaryConfig(): void {
+    mkdirSync(this.confDir, { recursive: true });
+    const conflist = {
+      cniVersion: '1.0.0',
+      name: 'demo-net',
+      plugins: [
+        {
+          type: 'bridge',
+          bridge: `${this.#prefix}br`.slice(-15),
+          isGateway: true,
+          isDefaultGateway: true,
+          ipMasq: false,
+          ipam: { type: 'host-local', ranges: [[{ subnet: `${this.#subnet}.0/24`, gateway: `${this.#subnet}.1` }]], dataDir: join(this.workDir, 'ipam') },
+        },
+      ],
+    };
+    writeFileSync(this.primaryConfig, `${JSON.stringify(conflist, null, 2)}\n`);
+  }
+
+  /** Starts `ambient-node-agent run --kube-mode none` as its own process and waits for /readyz. */
+  async startAgent(): Promise<void> {
+    this.#healthPort = await freePort();
+    const main = join(projectRoot(), 'dist', 'src', 'cli', 'main.js');
+    const args = [
+      main, 'run', '--kube-mode', 'none', '--run-dir', this.runDir, '--cni-bin-dir', this.binDir, '--cni-conf-dir', this.confDir,
+      '--zds-socket', this.zdsSocket, '--netns-root', '', '--proc-dir', '/proc', '--health-port', String(this.#healthPort),
+      '--metrics-port', '0', '--exclude-namespaces', 'kube-system', '--log-level', 'info',
+    ];
+    const logFile = createWriteStream(this.agentLog, { flags: 'a' });
+    const agent = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin' } });
+    agent.stdout?.pipe(logFile);
+    agent.stderr?.pipe(logFile);
+    this.#agent = agent;
+    await this.#waitReady(agent);
+    this.#log(`agent running (pid ${agent.pid}); plugin installed and chained into ${this.primaryConfig}`);
+  }
+
+  async #waitReady(agent: ChildProcess): Promise<void> {
+    const deadline = Date.now() + 20_000;
+    while (Date.now() < deadline) {
+      if (agent.exitCode !== null) throw new Error(`the agent exited with ${agent.exitCode}; see ${this.agentLog}`);
+      const ok = await fetch(`http://127.0.0.1:${this.#healthPort}/readyz`).then((r) => r.ok, () => false);
+      if (ok) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error(`the agent did not become ready within 20 s; see ${this.agentLog}`);
+  }
+
+  /** Stops the agent: SIGTERM (graceful) or SIGKILL (a crash). */
+  async stopAgent(signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
+    const agent = this.#agent;
+    this.#agent = undefined;
+    if (!agent || agent.exitCode !== null || agent.signalCode !== null) return;
+    const exited = new Promise<void>((resolve) => agent.once('exit', () => resolve()));
+    agent.kill(signal);
+    const timer = setTimeout(() => agent.kill('SIGKILL'), 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  /** The CNI config as the runtime now reads it: the primary config with istio-cni chained last. */
+  chainedConfig(): { plugins: Array<{ type: string }> } {
+    return JSON.parse(readFileSync(this.primaryConfig, 'utf8')) as { plugins: Array<{ type: string }> };
+  }
+
+  #cni(): CniRuntime {
+    this.#runtime ??= new CniRuntime({
+      addon: this.addon,
+      nodeNetns: this.#node!,
+      pluginDirs: [this.binDir, CNI_PLUGIN_DIR],
+      conflist: this.chainedConfig(),
+      log: (l) => this.#log(`cni: ${l}`),
+    });
+    return this.#runtime;
+  }
+
+  /** Creates a pod the way a runtime does: a netns, then the chained CNI ADD (ours included). */
+  async createPod(name: string, namespace = 'demo'): Promise<DemoPod> {
+    const netnsPath = this.#createNamespace(`${this.#prefix}-${name}`);
+    const uid = `00000000-demo-4000-8000-${String(this.pods.length + 1).padStart(12, '0')}`;
+    const cni: CniPod = {
+      containerId: `${this.#prefix}${name}`,
+      netnsPath,
+      args: { K8S_POD_NAME: name, K8S_POD_NAMESPACE: namespace, K8S_POD_INFRA_CONTAINER_ID: `${this.#prefix}${name}`, K8S_POD_UID: uid },
+    };
+    const result = await this.#cni().add(cni);
+    const podIp = result.ips?.[0]?.address.split('/')[0] ?? '';
+    const handle = this.addon.openNetns(netnsPath);
+    const app = await EchoApp.start(this.addon, handle, { label: name });
+    const pod: DemoPod = { name, uid, ip: podIp, netnsName: `${this.#prefix}-${name}`, netnsPath, handle, cni, app };
+    this.pods.push(pod);
+    this.standIn?.setDnsRecord(`${name}.demo`, podIp);
+    return pod;
+  }
+
+  async createPods(onPod?: (pod: DemoPod) => void): Promise<DemoPod[]> {
+    for (const name of this.#podNames) onPod?.(await this.createPod(name));
+    return this.pods;
+  }
+
+  /** Each pod talks to the next one on :8080; the stand-in's events show the path taken. */
+  async connectAll(onRow?: (row: ConnectionRow) => void): Promise<ConnectionRow[]> {
+    const rows: ConnectionRow[] = [];
+    for (const [i, from] of this.pods.entries()) {
+      const to = this.pods[(i + 1) % this.pods.length]!;
+      rows.push(await this.connect(from, to));
+      onRow?.(rows.at(-1)!);
+    }
+    return rows;
+  }
+
+  async connect(from: DemoPod, to: DemoPod): Promise<ConnectionRow> {
+    const before = this.standIn?.events.length ?? 0;
+    const payload = `hello ${to.name} from ${from.name}\n`;
+    const exchange = await tcpExchange(this.addon, from.handle, { address: to.ip, port: DEMO_APP_PORT, payload });
+    const events = this.standIn?.events.slice(before) ?? [];
+    const target = `${to.ip}:${DEMO_APP_PORT}`;
+    return {
+      from: from.name,
+      to: to.name,
+      outbound: events.find((e) => e.kind === 'outbound' && e.pod === from.name && e.originalDst === target),
+      inbound: events.find((e) => e.kind === 'inbound' && e.pod === to.name && e.originalDst === target),
+      peerSeenByApp: exchange.peerSeen,
+      echoed: exchange.echoed === payload,
+    };
+  }
+
+  /** Each pod resolves the next pod's name through the cluster DNS address (captured to 15053). */
+  async resolveAll(onRow?: (row: DnsRow) => void): Promise<DnsRow[]> {
+    const rows: DnsRow[] = [];
+    for (const [i, pod] of this.pods.entries()) {
+      const name = `${this.pods[(i + 1) % this.pods.length]!.name}.demo`;
+      const before = this.standIn?.events.length ?? 0;
+      const response = await dnsQuery(this.addon, pod.handle, { server: CLUSTER_DNS, name, transport: 'udp' });
+      const event = this.standIn?.events.slice(before).find((e) => e.kind === 'dns' && e.pod === pod.name && e.name === name);
+      rows.push({ pod: pod.name, name, answer: response.answers[0]?.data ?? 'NXDOMAIN', ...(event ? { event } : {}) });
+      onRow?.(rows.at(-1)!);
+    }
+    return rows;
+  }
+
+  /** CNI DEL for one pod (our plugin tells the agent; the agent tells ztunnel). */
+  async deletePod(pod: DemoPod): Promise<void> {
+    await pod.app.close();
+    await this.#cni().del(pod.cni);
+    pod.handle.close();
+    this.#deleteNamespace(pod.netnsName);
+    this.pods.splice(this.pods.indexOf(pod), 1);
+  }
+
+  /** Undoes everything; safe to call twice and after a partial set-up. */
+  async tearDown(): Promise<void> {
+    for (const pod of [...this.pods]) await this.deletePod(pod).catch((err: unknown) => this.#log(`cleanup ${pod.name}: ${(err as Error).message}`));
+    await this.standIn?.stop().catch(() => undefined);
+    this.standIn = undefined;
+    await this.stopAgent('SIGTERM').catch(() => undefined);
+    this.#node?.close();
+    this.#node = undefined;
+    for (const name of [...this.#namespaces]) this.#deleteNamespace(name);
+    if (!process.env["DEMO_KEEP_WORKDIR"]) rmSync(this.workDir, { recursive: true, force: true });
+  }
+
+  #createNamespace(name: string): string {
+    this.#namespaces.push(name);
+    ip(['netns', 'add', name]);
+    ip(['-n', name, 'link', 'set', 'lo', 'up']);
+    return `/var/run/netns/${name}`;
+  }
+
+  #deleteNamespace(name: string): void {
+    const i = this.#namespaces.indexOf(name);
+    if (i >= 0) this.#namespaces.splice(i, 1);
+    try {
+      ip(['netns', 'del', name]);
+    } catch {
+      // already gone
+    }
+  }
+}
