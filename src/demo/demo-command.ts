@@ -68,6 +68,7 @@ export async function runDemo(out: (s: string) => void, interrupted: Promise<voi
     say(good ? `${OK} every connection and DNS query went through the ztunnel listeners` : `${NO} some traffic was not captured (agent log: ${env.agentLog})`);
     return good ? 0 : 1;
   } catch (err) {
+    if (aborted) return 130; // the conventional status after Ctrl-C
     say(`${NO} demo failed: ${(err as Error).message}`);
     return 1;
   } finally {
