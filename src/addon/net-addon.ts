@@ -1,8 +1,9 @@
 // The typed facade over the addon. Everything above this file talks to the kernel through the
 // NetAddon interface, which the real addon and the test fake both implement.
-import { readdirSync, statSync } from 'node:fs';
+import { closeSync, fstatSync, readdirSync, statSync } from 'node:fs';
+import { withDeadline } from '../util/deadline.js';
 import { loadRawAddon, type RawAddon, type RawExecutorStats } from './binding.js';
-import { assertValidSteps, type ResultsOf, type Step } from './steps.js';
+import { assertValidSteps, type ResultsOf, type SocketStep, type Step } from './steps.js';
 
 export interface NetnsIdentity { ino: number; dev: number }
 
@@ -96,4 +97,32 @@ export function netnsPathForPid(pid: number, procDir = '/proc'): string {
 /** How many fds this process holds: used by leak tests and by the agent's diagnostics. */
 export function openFdCount(): number {
   return readdirSync('/proc/self/fd').length;
+}
+
+/**
+ * Wraps an fd that already refers to a network namespace (for example one received over ZDS)
+ * as a handle that owns it: close() closes it once.
+ */
+export function adoptNetnsFd(fd: number, path: string, raw: RawAddon = loadRawAddon()): NetnsHandle {
+  const st = fstatSync(fd);
+  return new NativeNetnsHandle(raw, fd, st.ino, st.dev, path);
+}
+
+/**
+ * Runs one socket step in `ns` and returns the fd, with an outer deadline as a safety net (the
+ * addon enforces the connect deadline itself); an fd that arrives after it is closed, not leaked.
+ */
+export async function socketInNetns(addon: NetAddon, ns: NetnsHandle, step: SocketStep, what: string, graceMs = 2_000): Promise<number> {
+  let abandoned = false;
+  const job = addon.run(ns, [step] as const).then(([r]) => {
+    if (abandoned) closeSync(r.fd);
+    return r.fd;
+  });
+  try {
+    return await withDeadline(job, (step.timeoutMs ?? 5_000) + graceMs, what);
+  } catch (err) {
+    abandoned = true;
+    job.catch(() => undefined);
+    throw err;
+  }
 }

@@ -10,6 +10,7 @@ import { statSync } from 'node:fs';
 import { isAbsolute, join } from 'node:path';
 
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
+import { KeyedQueue } from '../util/keyed-queue.js';
 
 export type CniCommand = 'ADD' | 'DEL' | 'CHECK';
 
@@ -153,7 +154,7 @@ export class CniRuntime {
   /** Cached ADD results (what libcni keeps under /var/lib/cni/results), keyed by attachment. */
   readonly #cache = new Map<string, CniResult>();
   /** One operation at a time per attachment (the spec forbids concurrent ADD/DEL for it). */
-  readonly #queues = new Map<string, Promise<unknown>>();
+  readonly #queue = new KeyedQueue();
 
   constructor(opts: CniRuntimeOptions) {
     this.#addon = opts.addon;
@@ -251,15 +252,7 @@ export class CniRuntime {
   }
 
   #serial<T>(pod: CniPod, op: () => Promise<T>): Promise<T> {
-    const key = this.#key(pod);
-    const previous = this.#queues.get(key) ?? Promise.resolve();
-    const run = previous.then(op, op);
-    const tail = run.catch(() => undefined);
-    this.#queues.set(key, tail);
-    void tail.then(() => {
-      if (this.#queues.get(key) === tail) this.#queues.delete(key);
-    });
-    return run;
+    return this.#queue.run(this.#key(pod), op);
   }
 
   async #invoke(

@@ -7,35 +7,16 @@ import dgram from 'node:dgram';
 import { closeSync } from 'node:fs';
 import net from 'node:net';
 
-import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
+import { socketInNetns, type NetAddon, type NetnsHandle } from '../addon/net-addon.js';
+import { withDeadline } from '../util/deadline.js';
 import type { SocketStep } from '../addon/steps.js';
 import { buildDnsQuery, DNS_TYPE_A, parseDnsResponse, type DnsResponse } from './ztunnel-standin.js';
 
 export const DEMO_APP_PORT = 8080;
 const DEFAULT_TIMEOUT_MS = 5_000;
 
-function withDeadline<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no result within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
-}
-
-/** One socket step in `ns`; an fd that arrives after the outer deadline is closed, not leaked. */
-async function socketIn(addon: NetAddon, ns: NetnsHandle, step: SocketStep, what: string): Promise<number> {
-  let abandoned = false;
-  const job = addon.run(ns, [step] as const).then(([r]) => {
-    if (abandoned) closeSync(r.fd);
-    return r.fd;
-  });
-  try {
-    return await withDeadline(job, (step.timeoutMs ?? DEFAULT_TIMEOUT_MS) + 2_000, what);
-  } catch (err) {
-    abandoned = true;
-    job.catch(() => undefined);
-    throw err;
-  }
+function socketIn(addon: NetAddon, ns: NetnsHandle, step: SocketStep, what: string): Promise<number> {
+  return socketInNetns(addon, ns, { timeoutMs: DEFAULT_TIMEOUT_MS, ...step }, what);
 }
 
 function unmapped(address: string | undefined): string {

@@ -13,7 +13,8 @@ import { closeSync, fstatSync } from 'node:fs';
 import net from 'node:net';
 
 import { loadRawAddon, type RawAddon } from '../addon/binding.js';
-import { NativeNetAddon, type NetAddon, type NetnsHandle } from '../addon/net-addon.js';
+import { adoptNetnsFd, NativeNetAddon, type NetAddon, type NetnsHandle } from '../addon/net-addon.js';
+import { withDeadline } from '../util/deadline.js';
 import { SeqpacketSocket, type Datagram } from '../addon/seqpacket.js';
 import type { SocketStep } from '../addon/steps.js';
 import {
@@ -354,28 +355,6 @@ export interface ZtunnelStandInOptions {
   maxEvents?: number;
 }
 
-/** A received netns fd, usable as an addon target. The stand-in owns it and closes it once. */
-class ZdsNetns implements NetnsHandle {
-  #closed = false;
-  constructor(
-    private readonly raw: RawAddon,
-    readonly fd: number,
-    readonly ino: number,
-    readonly dev: number,
-    readonly path: string,
-  ) {}
-
-  get closed(): boolean {
-    return this.#closed;
-  }
-
-  close(): void {
-    if (this.#closed) return;
-    this.#closed = true;
-    this.raw.closeFd(this.fd);
-  }
-}
-
 const ACK_WRITE_MS = 5_000;
 const HELLO_WRITE_MS = 5_000;
 const CLOSE_WAIT_MS = 3_000;
@@ -383,13 +362,6 @@ const DNS_TCP_IDLE_MS = 10_000;
 const RELAY_IDLE_MS = 120_000;
 const LISTEN_BACKLOG = 128;
 
-function withDeadline<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no result within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
-}
 
 /**
  * The kernel fd behind an accepted net.Socket. `_handle` is Node's internal TCPWrap and `fd` its
@@ -457,7 +429,7 @@ class PodProxy {
   private constructor(
     readonly uid: string,
     readonly info: WorkloadInfo,
-    readonly netns: ZdsNetns,
+    readonly netns: NetnsHandle,
     private readonly ctx: ProxyContext,
   ) {}
 
@@ -474,7 +446,7 @@ class PodProxy {
    * bind leaves nothing behind (the addon closes the fds of the earlier steps). Does not own
    * `netns` on failure: the caller keeps it (ztunnel's pending proxies keep their netns).
    */
-  static async start(uid: string, info: WorkloadInfo, netns: ZdsNetns, ctx: ProxyContext): Promise<PodProxy> {
+  static async start(uid: string, info: WorkloadInfo, netns: NetnsHandle, ctx: ProxyContext): Promise<PodProxy> {
     const common = { family: 4, mark: INPOD_MARK, reusePort: true } as const;
     const steps = [
       { op: 'socket', type: 'udp', ...common, bindAddress: '127.0.0.1', bindPort: ZTUNNEL_DNS_PORT },
@@ -707,7 +679,7 @@ interface Connection {
 
 interface PendingPod {
   info: WorkloadInfo;
-  netns: ZdsNetns;
+  netns: NetnsHandle;
   error: string;
   since: Date;
 }
@@ -995,13 +967,13 @@ export class ZtunnelStandIn {
     }
     if (current) await this.#stopProxy(uid, 'sandbox replaced');
     this.#dropPending(uid);
-    const netns = new ZdsNetns(this.#raw, fd, ino, dev, `zds:${uid}`);
+    const netns = adoptNetnsFd(fd, `zds:${uid}`, this.#raw);
     const error = await this.#start(uid, info, netns);
     return { error, end: false };
   }
 
   /** Starts the proxy; on failure keeps the pod pending (with its netns) and returns the nack. */
-  async #start(uid: string, info: WorkloadInfo, netns: ZdsNetns): Promise<string> {
+  async #start(uid: string, info: WorkloadInfo, netns: NetnsHandle): Promise<string> {
     try {
       const proxy = await PodProxy.start(uid, info, netns, this.#context());
       this.#running.set(uid, proxy);

@@ -4,38 +4,18 @@
 import { closeSync } from 'node:fs';
 import net from 'node:net';
 
-import type { NetAddon, NetnsHandle } from '../../src/addon/net-addon.js';
+import { socketInNetns, type NetAddon, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { withDeadline } from '../../src/util/deadline.js';
 import type { Family, SocketStep } from '../../src/addon/steps.js';
 
 /** Deadline of one connect (on the addon thread) and of one request/reply exchange. */
 export const TRAFFIC_TIMEOUT_MS = 3_000;
 
 /** Rejects with a clear message when `promise` does not settle within `ms`. */
-export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no result within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
-}
+export const withTimeout = withDeadline;
 
-/**
- * Runs one `socket` step and returns the fd. The addon enforces the connect deadline itself;
- * the outer timeout is only a safety net, and an fd that arrives after it is closed.
- */
-async function addonSocket(addon: NetAddon, ns: NetnsHandle, step: SocketStep, what: string): Promise<number> {
-  let timedOut = false;
-  const pending = addon.run(ns, [step] as const).then(([result]) => {
-    if (timedOut) closeSync(result.fd);
-    return result.fd;
-  });
-  try {
-    return await withTimeout(pending, (step.timeoutMs ?? TRAFFIC_TIMEOUT_MS) + 2_000, what);
-  } catch (err) {
-    timedOut = true;
-    pending.catch(() => undefined);
-    throw err;
-  }
+function addonSocket(addon: NetAddon, ns: NetnsHandle, step: SocketStep, what: string): Promise<number> {
+  return socketInNetns(addon, ns, { timeoutMs: TRAFFIC_TIMEOUT_MS, ...step }, what);
 }
 
 export interface AcceptedConnection {
