@@ -114,6 +114,19 @@ Napi::Object ResultToJs(Napi::Env env, const Step& step, const StepResult& r) {
       o.Set("rules", arr);
       break;
     }
+    case StepOp::kListAddresses: {
+      Napi::Array arr = Napi::Array::New(env, r.addresses.size());
+      for (size_t i = 0; i < r.addresses.size(); i++) {
+        Napi::Object a = Napi::Object::New(env);
+        a.Set("family", Napi::Number::New(env, r.addresses[i].family == AF_INET6 ? 6 : 4));
+        a.Set("address", r.addresses[i].address);
+        a.Set("prefixLen", Napi::Number::New(env, r.addresses[i].prefix_len));
+        a.Set("dev", r.addresses[i].dev);
+        arr.Set(i, a);
+      }
+      o.Set("addresses", arr);
+      break;
+    }
     case StepOp::kListRoutes: {
       Napi::Array arr = Napi::Array::New(env, r.routes.size());
       for (size_t i = 0; i < r.routes.size(); i++) arr.Set(i, RouteToJs(env, r.routes[i]));
@@ -281,6 +294,8 @@ Step ParseStep(const Napi::Object& o) {
   } else if (op == "deviceHasIpv6") {
     s.op = StepOp::kDeviceHasIpv6;
     s.dev = GetString(o, "dev");
+  } else if (op == "listAddresses") {
+    s.op = StepOp::kListAddresses;
   } else if (op == "socket") {
     s.op = StepOp::kSocket;
     ParseSocket(o, &s.socket);

@@ -265,7 +265,40 @@ int FindAddress(const nlmsghdr* nlh, void* data) {
   return MNL_CB_OK;
 }
 
+struct AddrList {
+  std::vector<AddressEntry>* out;
+};
+
+int CollectAddress(const nlmsghdr* nlh, void* data) {
+  auto* list = static_cast<AddrList*>(data);
+  auto* ifa = static_cast<const ifaddrmsg*>(mnl_nlmsg_get_payload(nlh));
+  AddressEntry entry;
+  entry.family = ifa->ifa_family;
+  entry.prefix_len = ifa->ifa_prefixlen;
+  char name[IF_NAMESIZE] = {0};
+  if (if_indextoname(ifa->ifa_index, name)) entry.dev = name;
+  ForEachAttr(nlh, sizeof(*ifa), [&entry, ifa](const nlattr* attr) {
+    // IFA_LOCAL is the interface's own address on point-to-point links; IFA_ADDRESS otherwise.
+    int type = mnl_attr_get_type(attr);
+    if (type == IFA_LOCAL || (type == IFA_ADDRESS && entry.address.empty())) {
+      entry.address = AddressText(ifa->ifa_family, mnl_attr_get_payload(attr));
+    }
+  });
+  if (!entry.address.empty()) list->out->push_back(entry);
+  return MNL_CB_OK;
+}
+
 }  // namespace
+
+bool Rtnl::ListAddresses(std::vector<AddressEntry>* out, SysError* err) {
+  std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
+  nlh->nlmsg_type = RTM_GETADDR;
+  auto* ifa = static_cast<ifaddrmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifaddrmsg)));
+  ifa->ifa_family = AF_UNSPEC;
+  AddrList list{out};
+  return Dump(nlh, CollectAddress, &list, err);
+}
 
 bool Rtnl::ListFwmarkRules(int family, std::vector<FwmarkRule>* out, SysError* err) {
   std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);

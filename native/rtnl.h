@@ -32,6 +32,13 @@ struct RouteEntry {
   uint32_t table = 0;
 };
 
+struct AddressEntry {
+  int family = 0;
+  std::string address;
+  unsigned prefix_len = 0;
+  std::string dev;
+};
+
 class Rtnl {
  public:
   Rtnl() = default;
@@ -52,6 +59,8 @@ class Rtnl {
   bool ListFwmarkRules(int family, std::vector<FwmarkRule>* out, SysError* err);
   bool ListRoutes(int family, uint32_t table, std::vector<RouteEntry>* out, SysError* err);
   bool DeviceHasIpv6Address(const std::string& dev, bool* has, SysError* err);
+  // Every interface address in the namespace (both families).
+  bool ListAddresses(std::vector<AddressEntry>* out, SysError* err);
 
  private:
   // Sends one request and reads its ack; the kernel's errno (0 on success) goes to *kernel_errno.

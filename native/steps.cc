@@ -46,6 +46,7 @@ bool RunRouting(const Step& s, LazyRtnl* lazy, StepResult* r, SysError* err) {
     case StepOp::kListFwmarkRules: return rtnl->ListFwmarkRules(s.family, &r->rules, err);
     case StepOp::kListRoutes: return rtnl->ListRoutes(s.family, s.table, &r->routes, err);
     case StepOp::kDeviceHasIpv6: return rtnl->DeviceHasIpv6Address(s.dev, &r->flag, err);
+    case StepOp::kListAddresses: return rtnl->ListAddresses(&r->addresses, err);
     default: break;
   }
   *err = SysError::FromErrno(EINVAL, "step", s.name, "not a routing step");

@@ -24,6 +24,7 @@ enum class StepOp {
   kListFwmarkRules,
   kListRoutes,
   kDeviceHasIpv6,
+  kListAddresses,
   kSocket,
   kExec,
   kNetnsId,             // report the namespace the step runs in
@@ -55,6 +56,7 @@ struct StepResult {
   int fd = -1;            // kSocket
   std::vector<FwmarkRule> rules;
   std::vector<RouteEntry> routes;
+  std::vector<AddressEntry> addresses;
   SpawnResult spawn;
   NetnsId netns;
 };

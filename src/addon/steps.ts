@@ -17,6 +17,7 @@ export interface DeleteLocalRouteStep extends LocalRouteSpec { op: 'deleteLocalR
 export interface ListFwmarkRulesStep { op: 'listFwmarkRules'; family: Family }
 export interface ListRoutesStep { op: 'listRoutes'; family: Family; table: number }
 export interface DeviceHasIpv6Step { op: 'deviceHasIpv6'; dev: string }
+export interface ListAddressesStep { op: 'listAddresses' }
 export interface SocketStep {
   op: 'socket';
   family: Family;
@@ -51,6 +52,7 @@ export type Step =
   | ListFwmarkRulesStep
   | ListRoutesStep
   | DeviceHasIpv6Step
+  | ListAddressesStep
   | SocketStep
   | ExecStep
   | NetnsIdStep;
@@ -62,6 +64,8 @@ export interface ListFwmarkRulesResult { op: 'listFwmarkRules'; rules: FwmarkRul
 export interface RouteEntry { family: Family; dst: string; dstLen: number; type: number; dev: string; table: number }
 export interface ListRoutesResult { op: 'listRoutes'; routes: RouteEntry[] }
 export interface DeviceHasIpv6Result { op: 'deviceHasIpv6'; hasIpv6: boolean }
+export interface AddressEntry { family: Family; address: string; prefixLen: number; dev: string }
+export interface ListAddressesResult { op: 'listAddresses'; addresses: AddressEntry[] }
 export interface SocketResult { op: 'socket'; fd: number }
 export interface ExecResult { op: 'exec'; exitCode: number; signal: number; stdout: string; stderr: string }
 export interface NetnsIdResult { op: 'netnsId'; ino: number; dev: number }
@@ -74,6 +78,8 @@ export type ResultOf<S extends Step> = S extends NftStep
       ? ListRoutesResult
       : S extends DeviceHasIpv6Step
         ? DeviceHasIpv6Result
+        : S extends ListAddressesStep
+          ? ListAddressesResult
         : S extends SocketStep
           ? SocketResult
           : S extends ExecStep

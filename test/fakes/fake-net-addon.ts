@@ -16,6 +16,8 @@ export interface FakeNamespace {
   rules: FwmarkRuleEntry[];
   routes: RouteEntry[];
   loHasIpv6: boolean;
+  /** Interface addresses (for the /proc scan's ownership check). */
+  addresses: Array<{ family: 4 | 6; address: string; prefixLen: number; dev: string }>;
   /** Canned results for exec steps, by argv[0]. */
   exec: Map<string, { exitCode: number; stdout: string; stderr: string }>;
 }
@@ -28,7 +30,7 @@ export interface RecordedRun {
 type Failure = (step: Step, target: string) => Error | undefined;
 
 function newNamespace(ino: number): FakeNamespace {
-  return { ino, nftScripts: [], listing: '', rules: [], routes: [], loHasIpv6: true, exec: new Map() };
+  return { ino, nftScripts: [], listing: '', rules: [], routes: [], loHasIpv6: true, addresses: [], exec: new Map() };
 }
 
 export class FakeNetAddon implements NetAddon {
@@ -129,6 +131,8 @@ export class FakeNetAddon implements NetAddon {
         return { op: step.op, routes: ns.routes.filter((r) => r.family === step.family && r.table === step.table) };
       case 'deviceHasIpv6':
         return { op: step.op, hasIpv6: ns.loHasIpv6 };
+      case 'listAddresses':
+        return { op: step.op, addresses: ns.addresses };
       case 'socket':
         this.openFds++;
         return { op: step.op, fd: this.#nextFd++ };

@@ -105,6 +105,12 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
     expect(execIn(pod.name, ['ip', 'rule'])).not.toContain('0x222');
   });
 
+  it('lists the interface addresses of the namespace', async () => {
+    const [listed] = await addon.run(handle, [{ op: 'listAddresses' }] as const);
+    expect(listed.addresses).toContainEqual({ family: 4, address: '127.0.0.1', prefixLen: 8, dev: 'lo' });
+    expect(listed.addresses).toContainEqual({ family: 6, address: '::1', prefixLen: 128, dev: 'lo' });
+  });
+
   it('creates sockets inside the namespace with SO_MARK', async () => {
     const [sock] = await addon.run(handle, [
       { op: 'socket', family: 4, type: 'tcp', mark: 0x539, bindAddress: '127.0.0.1', bindPort: 15001, listen: 16 },
