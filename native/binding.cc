@@ -275,6 +275,7 @@ Step ParseStep(const Napi::Object& o) {
     s.op = StepOp::kNft;
     s.script = GetString(o, "script");
     s.stateless = GetBoolOr(o, "stateless", true);
+    s.json = GetBoolOr(o, "json", false);
   } else if (op == "addFwmarkRule" || op == "deleteFwmarkRule") {
     s.op = op == "addFwmarkRule" ? StepOp::kAddFwmarkRule : StepOp::kDeleteFwmarkRule;
     ParseRule(o, &s);

@@ -28,14 +28,15 @@ struct NftContext {
 
 }  // namespace
 
-bool NftRunner::Run(const std::string& script, bool stateless, std::string* out, SysError* err) {
+bool NftRunner::Run(const std::string& script, bool stateless, bool json, std::string* out, SysError* err) {
   std::lock_guard<std::mutex> lock(LibraryLock());
   NftContext nft;
   if (!nft.ctx) {
     *err = SysError::FromErrno(errno ? errno : ENOMEM, "nft_ctx_new");
     return false;
   }
-  if (stateless) nft_ctx_output_set_flags(nft.ctx, NFT_CTX_OUTPUT_STATELESS);
+  unsigned flags = (stateless ? NFT_CTX_OUTPUT_STATELESS : 0) | (json ? NFT_CTX_OUTPUT_JSON : 0);
+  nft_ctx_output_set_flags(nft.ctx, flags);
   if (nft_ctx_buffer_output(nft.ctx) != 0 || nft_ctx_buffer_error(nft.ctx) != 0) {
     *err = SysError::FromErrno(ENOMEM, "nft_ctx_buffer_output");
     return false;

@@ -14,7 +14,7 @@ class NftRunner {
   // the namespace it was created in, so a context is made per call, inside the target netns.
   // Parts of the library are process-global (interface cache, one-time init), so calls are
   // serialised. Output (for list commands) goes to *out; failures carry nft's own message.
-  static bool Run(const std::string& script, bool stateless, std::string* out, SysError* err);
+  static bool Run(const std::string& script, bool stateless, bool json, std::string* out, SysError* err);
 
   // Pays the library's one-time initialisation (and page-in) up front.
   static void WarmUp();

@@ -55,7 +55,7 @@ bool RunRouting(const Step& s, LazyRtnl* lazy, StepResult* r, SysError* err) {
 
 bool RunStep(const Step& s, LazyRtnl* rtnl, StepResult* r, SysError* err) {
   switch (s.op) {
-    case StepOp::kNft: return NftRunner::Run(s.script, s.stateless, &r->output, err);
+    case StepOp::kNft: return NftRunner::Run(s.script, s.stateless, s.json, &r->output, err);
     case StepOp::kSocket:
       r->fd = CreateSocket(s.socket, err);
       return r->fd >= 0;

@@ -35,6 +35,7 @@ struct Step {
   std::string name;       // the op's name as TypeScript spelled it, for error reports
   std::string script;     // kNft
   bool stateless = true;  // kNft: omit counter values from listings
+  bool json = false;      // kNft: list in libnftables' JSON format
   FwmarkRule rule;        // fwmark rule ops (family in rule.family)
   int family = 0;         // route/list ops
   uint32_t table = 0;

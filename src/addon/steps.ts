@@ -3,7 +3,14 @@
 
 export type Family = 4 | 6;
 
-export interface NftStep { op: 'nft'; script: string; stateless?: boolean }
+export interface NftStep {
+  op: 'nft';
+  script: string;
+  /** Omit counter values from listings (default true). */
+  stateless?: boolean;
+  /** List in libnftables' JSON format (`nft -j`). */
+  json?: boolean;
+}
 export interface FwmarkRuleSpec { family: Family; mark: number; mask: number; priority: number; table: number }
 export interface AddFwmarkRuleStep extends FwmarkRuleSpec { op: 'addFwmarkRule' }
 export interface DeleteFwmarkRuleStep extends FwmarkRuleSpec { op: 'deleteFwmarkRule' }
@@ -80,13 +87,13 @@ export type ResultOf<S extends Step> = S extends NftStep
         ? DeviceHasIpv6Result
         : S extends ListAddressesStep
           ? ListAddressesResult
-        : S extends SocketStep
-          ? SocketResult
-          : S extends ExecStep
-            ? ExecResult
-            : S extends NetnsIdStep
-              ? NetnsIdResult
-              : ChangeResult;
+          : S extends SocketStep
+            ? SocketResult
+            : S extends ExecStep
+              ? ExecResult
+              : S extends NetnsIdStep
+                ? NetnsIdResult
+                : ChangeResult;
 
 export type ResultsOf<S extends readonly Step[]> = { -readonly [K in keyof S]: ResultOf<S[K]> };
 
