@@ -1,0 +1,326 @@
+// Kubernetes mode: Istio's node-agent logic (inventory §1.3-1.6, §2.5). Pods of this node and all
+// namespaces come from informers; a pod is put into the mesh from the CNI path (new pods) or from
+// informer events (label changes, pods that existed before the agent), and taken out on
+// un-labelling, deletion or termination. The pod annotation `ambient.istio.io/redirection` is the
+// state machine that survives restarts: `pending` (rules in place, ztunnel has not accepted),
+// `enabled` (fully enrolled), absent (not enrolled).
+import { join } from 'node:path';
+import type { V1Namespace, V1Pod } from '@kubernetes/client-node';
+import { hasErrorCode } from '../addon/errors.js';
+import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
+import type { PluginAddEvent } from '../cni/protocol.js';
+import { silentLogger, type Logger } from '../ops/log.js';
+import { describeDrift } from '../rules/drift.js';
+import type { InpodRuleManager } from '../rules/manager.js';
+import { podOverridesFromAnnotations, type PodOverrides } from '../rules/settings.js';
+import { isRetryable } from '../zds/errors.js';
+import type { PodRegistry } from '../zds/registry.js';
+import { RetryQueue } from './retry-queue.js';
+
+export const ANNOTATION_REDIRECTION = 'ambient.istio.io/redirection';
+export type RedirectionState = 'enabled' | 'pending';
+
+/** The informer caches the controller reads. */
+export interface PodCache {
+  get(namespace: string, name: string): V1Pod | undefined;
+  list(): V1Pod[];
+}
+export interface NamespaceCache {
+  get(name: string): V1Namespace | undefined;
+  list(): V1Namespace[];
+}
+
+export interface AnnotationWriter {
+  /** Merge patch on pods/status; resolves false when the pod is gone. */
+  patchPodAnnotations(namespace: string, name: string, annotations: Record<string, string | null>): Promise<boolean>;
+}
+
+export interface HostProbes {
+  podEnrolled(uid: string, ips: string[]): Promise<void>;
+  podRemoved(uid: string, ips: string[]): Promise<void>;
+  syncEnrolled(pods: Array<{ uid: string; ips: string[] }>): Promise<void>;
+}
+
+export interface NetnsFinder {
+  find(pods: Array<{ uid: string; ips: string[] }>): Promise<Map<string, NetnsHandle>>;
+}
+
+export interface EnablementPolicy {
+  podMatches(pod: V1Pod, namespace: V1Namespace | undefined): boolean;
+  shouldBeEnabled(pod: V1Pod, namespace: V1Namespace | undefined): boolean;
+  isZtunnelPod(pod: V1Pod): boolean;
+  namespaceMatches(labels: Record<string, string>): boolean;
+}
+
+export interface MeshControllerDeps {
+  addon: NetAddon;
+  rules: InpodRuleManager;
+  registry: PodRegistry;
+  pods: PodCache;
+  namespaces: NamespaceCache;
+  api: AnnotationWriter;
+  host: HostProbes;
+  finder: NetnsFinder;
+  enablement: EnablementPolicy;
+  netnsRoot: string;
+  /** AMBIENT_RECONCILE_POD_RULES_ON_STARTUP (Helm default true). */
+  reconcileRulesOnStartup?: boolean;
+  /** How long the CNI path waits for a pod the informer has not seen yet (Istio: 10 x 10 ms). */
+  cacheLagTries?: number;
+  cacheLagDelayMs?: number;
+  log?: Logger;
+}
+
+/** Failures that retrying cannot fix (Istio's ErrNonRetryableAdd): dropped by the queue. */
+export class NonRetryableError extends Error {
+  override readonly name = 'NonRetryableError';
+}
+
+export function podUid(pod: V1Pod): string {
+  return pod.metadata?.uid ?? '';
+}
+
+export function podKey(pod: V1Pod): string {
+  return `${pod.metadata?.namespace ?? ''}/${pod.metadata?.name ?? ''}`;
+}
+
+export function redirectionState(pod: V1Pod): RedirectionState | undefined {
+  const value = pod.metadata?.annotations?.[ANNOTATION_REDIRECTION];
+  return value === 'enabled' || value === 'pending' ? value : undefined;
+}
+
+export function isTerminated(pod: V1Pod): boolean {
+  return pod.status?.phase === 'Succeeded' || pod.status?.phase === 'Failed';
+}
+
+/** status.podIPs, else status.podIP (Istio's GetPodIPsIfPresent). */
+export function podIps(pod: V1Pod): string[] {
+  const ips = (pod.status?.podIPs ?? []).map((p) => p.ip).filter((ip): ip is string => Boolean(ip));
+  if (ips.length > 0) return ips;
+  return pod.status?.podIP ? [pod.status.podIP] : [];
+}
+
+export class MeshController {
+  readonly queue: RetryQueue;
+  readonly #log: Logger;
+
+  constructor(private readonly deps: MeshControllerDeps) {
+    this.#log = (deps.log ?? silentLogger).child({ component: 'mesh-controller' });
+    this.queue = new RetryQueue({ log: this.#log });
+  }
+
+  // ---- CNI path -------------------------------------------------------------------------------
+
+  /**
+   * CNI ADD: the pod must be in the informer cache (it lags the kubelet a little) and must match
+   * the enablement selectors; its IPs come from the event (the Pod object has none yet).
+   */
+  async cniAdd(event: PluginAddEvent): Promise<void> {
+    const pod = await this.#waitForPod(event.PodNamespace, event.PodName);
+    if (!pod) throw new Error(`pod ${event.PodNamespace}/${event.PodName} not found in the informer cache`);
+    const namespace = this.deps.namespaces.get(event.PodNamespace);
+    if (!this.deps.enablement.podMatches(pod, namespace)) {
+      throw new Error(`pod ${event.PodNamespace}/${event.PodName} does not match the ambient enablement selectors`);
+    }
+    await this.addPodToMesh(pod, event.IPs.map((ip) => ip.Address.IP), event.Netns);
+  }
+
+  /** CNI CHECK: the enrolled pod's rules are as expected. */
+  async cniCheck(event: PluginAddEvent): Promise<string | undefined> {
+    const pod = this.deps.pods.get(event.PodNamespace, event.PodName);
+    const netns = pod ? this.deps.registry.netnsOf(podUid(pod)) : undefined;
+    if (!pod || !netns) return undefined; // not an ambient pod: nothing to check
+    const drift = await this.deps.rules.verify(netns, this.#overrides(pod));
+    return drift.inSync ? undefined : `in-pod rules drifted: ${describeDrift(drift).join('; ')}`;
+  }
+
+  async #waitForPod(namespace: string, name: string): Promise<V1Pod | undefined> {
+    const tries = this.deps.cacheLagTries ?? 10;
+    for (let i = 0; i < tries; i++) {
+      const pod = this.deps.pods.get(namespace, name);
+      if (pod) return pod;
+      await new Promise((r) => setTimeout(r, this.deps.cacheLagDelayMs ?? 10));
+    }
+    return undefined;
+  }
+
+  // ---- enrol / remove (Istio's AddPodToMesh / RemovePodFromMesh) -------------------------------
+
+  /**
+   * Rules, then ztunnel, then the host probe set and the `enabled` annotation. A ztunnel failure
+   * leaves the rules in place and marks the pod `pending` (retried); a rule failure is final.
+   */
+  async addPodToMesh(pod: V1Pod, ips: string[], netnsPath: string): Promise<void> {
+    const uid = podUid(pod);
+    const log = this.#log.child({ pod: podKey(pod), uid });
+    const netns = await this.#netnsFor(pod, ips, netnsPath);
+    try {
+      await this.deps.rules.apply(netns, this.#overrides(pod));
+    } catch (err) {
+      if (this.deps.registry.netnsOf(uid) !== netns) netns.close();
+      throw new NonRetryableError(`applying in-pod rules for ${podKey(pod)}: ${(err as Error).message}`, { cause: err });
+    }
+    const identity = {
+      uid,
+      name: pod.metadata?.name ?? '',
+      namespace: pod.metadata?.namespace ?? '',
+      serviceAccount: pod.spec?.serviceAccountName || 'default',
+    };
+    try {
+      await this.deps.registry.add(identity, netns);
+    } catch (err) {
+      if (!isRetryable(err)) throw err;
+      log.warn({ err: (err as Error).message }, 'ztunnel did not accept the pod; marking it pending');
+      await this.#annotate(pod, 'pending');
+      throw err;
+    }
+    await this.deps.host.podEnrolled(uid, ips);
+    await this.#annotate(pod, 'enabled');
+    log.info({ ips }, 'pod enrolled');
+  }
+
+  /** Probe set (UID-checked), in-pod rules unless the pod is being deleted, ztunnel, annotation. */
+  async removePodFromMesh(pod: V1Pod, isDelete: boolean): Promise<void> {
+    const uid = podUid(pod);
+    await this.deps.host.podRemoved(uid, podIps(pod));
+    const netns = this.deps.registry.netnsOf(uid);
+    if (!isDelete && netns && !netns.closed) await this.deps.rules.remove(netns);
+    await this.deps.registry.delete(uid);
+    try {
+      await this.deps.api.patchPodAnnotations(pod.metadata?.namespace ?? '', pod.metadata?.name ?? '', { [ANNOTATION_REDIRECTION]: null });
+    } catch (err) {
+      if (!isDelete) throw err;
+    }
+    this.#log.info({ pod: podKey(pod), uid, isDelete }, 'pod removed from the mesh');
+  }
+
+  async #netnsFor(pod: V1Pod, ips: string[], netnsPath: string): Promise<NetnsHandle> {
+    const uid = podUid(pod);
+    if (netnsPath) {
+      const path = this.deps.netnsRoot ? join(this.deps.netnsRoot, netnsPath) : netnsPath;
+      try {
+        return this.deps.addon.openNetns(path);
+      } catch (err) {
+        throw new NonRetryableError(`opening netns ${path}: ${(err as Error).message}`, { cause: err });
+      }
+    }
+    const cached = this.deps.registry.netnsOf(uid);
+    if (cached && !cached.closed) return cached;
+    const found = (await this.deps.finder.find([{ uid, ips }])).get(uid);
+    if (found) return found;
+    throw new NonRetryableError(`can't find netns for pod ${podKey(pod)} (netns not provided, but is needed as pod is not in cache)`);
+  }
+
+  async #annotate(pod: V1Pod, state: RedirectionState): Promise<void> {
+    if (redirectionState(pod) === state) return; // no-op patches are free, but skip the round trip
+    await this.deps.api.patchPodAnnotations(pod.metadata?.namespace ?? '', pod.metadata?.name ?? '', { [ANNOTATION_REDIRECTION]: state });
+  }
+
+  #overrides(pod: V1Pod): PodOverrides {
+    const { overrides, warnings } = podOverridesFromAnnotations(pod.metadata?.annotations ?? {});
+    for (const w of warnings) this.#log.warn({ pod: podKey(pod) }, w);
+    return overrides;
+  }
+
+  // ---- informer events (Istio's informers.go) -------------------------------------------------
+
+  /** A namespace appeared (every namespace at start-up): re-evaluate all its pods on this node. */
+  namespaceAdded(ns: V1Namespace): void {
+    this.#fanOut(ns.metadata?.name ?? '');
+  }
+
+  namespaceUpdated(oldNs: V1Namespace, newNs: V1Namespace): void {
+    const before = this.deps.enablement.namespaceMatches(oldNs.metadata?.labels ?? {});
+    const after = this.deps.enablement.namespaceMatches(newNs.metadata?.labels ?? {});
+    if (before !== after) this.#fanOut(newNs.metadata?.name ?? '');
+  }
+
+  #fanOut(namespace: string): void {
+    for (const pod of this.deps.pods.list()) {
+      if (pod.metadata?.namespace === namespace && !this.deps.enablement.isZtunnelPod(pod)) this.podUpdated(pod, pod);
+    }
+  }
+
+  /** Pod updates (and synthetic ones from namespace events) go through the retrying queue. */
+  podUpdated(oldPod: V1Pod, newPod: V1Pod): void {
+    const key = podKey(newPod);
+    this.queue.enqueue(key, () => this.#reconcilePod(oldPod, newPod));
+  }
+
+  podDeleted(pod: V1Pod): void {
+    const state = redirectionState(pod);
+    const ns = this.deps.namespaces.get(pod.metadata?.namespace ?? '');
+    if (state === undefined && !this.deps.enablement.podMatches(pod, ns)) return;
+    this.queue.enqueue(podKey(pod), () => this.removePodFromMesh(pod, true));
+  }
+
+  async #reconcilePod(oldPod: V1Pod, eventPod: V1Pod): Promise<void> {
+    const pod = this.deps.pods.get(eventPod.metadata?.namespace ?? '', eventPod.metadata?.name ?? '');
+    if (!pod || podUid(pod) !== podUid(eventPod)) return; // gone (or replaced) since the event
+    const ns = this.deps.namespaces.get(pod.metadata?.namespace ?? '');
+    const state = redirectionState(pod);
+    const shouldBeEnabled = this.deps.enablement.shouldBeEnabled(pod, ns);
+    if (isTerminated(pod)) {
+      // The old object: a terminal status may come without an IP (kubernetes#125370).
+      if (state !== undefined) await this.removePodFromMesh(oldPod, true);
+      return;
+    }
+    if (state === 'enabled' && shouldBeEnabled && podIps(oldPod).join() !== podIps(pod).join()) {
+      await this.deps.host.podEnrolled(podUid(pod), podIps(pod)); // IPs changed (kubelet restart)
+    }
+    const changeNeeded = (state === 'enabled') !== shouldBeEnabled || state === 'pending';
+    if (!changeNeeded) return;
+    if (!shouldBeEnabled) return this.removePodFromMesh(pod, false);
+    const ips = podIps(pod);
+    if (ips.length === 0) return; // not scheduled on the network yet: the CNI path will come
+    try {
+      await this.addPodToMesh(pod, ips, '');
+    } catch (err) {
+      if (err instanceof NonRetryableError) return this.#log.warn({ pod: podKey(pod), err: err.message }, 'not enrolling pod');
+      throw err; // retried with backoff
+    }
+  }
+
+  // ---- start-up reconciliation (Istio's ConstructInitialSnapshot) -----------------------------
+
+  /** Pods this node has enrolled (annotation `enabled`), not terminated, not ztunnel. */
+  enrolledPods(): V1Pod[] {
+    return this.deps.pods.list().filter((p) => redirectionState(p) === 'enabled' && !isTerminated(p) && !this.deps.enablement.isZtunnelPod(p));
+  }
+
+  /**
+   * Re-adds enrolled pod IPs to the probe sets, finds each enrolled pod's netns in /proc, repairs
+   * drifted rules, and registers everything for the first ZDS snapshot (`keep` without a netns).
+   */
+  async reconcileStartup(): Promise<{ pods: number; withNetns: number; repaired: number }> {
+    const pods = this.enrolledPods();
+    const wanted = pods.map((p) => ({ uid: podUid(p), ips: podIps(p) }));
+    await this.deps.host.syncEnrolled(wanted);
+    const found = await this.deps.finder.find(wanted);
+    let repaired = 0;
+    for (const pod of pods) {
+      const netns = found.get(podUid(pod));
+      if (netns && this.deps.reconcileRulesOnStartup !== false && (await this.#repair(pod, netns))) repaired++;
+      this.deps.registry.adopt(
+        { uid: podUid(pod), name: pod.metadata?.name ?? '', namespace: pod.metadata?.namespace ?? '', serviceAccount: pod.spec?.serviceAccountName || 'default' },
+        netns,
+      );
+    }
+    const summary = { pods: pods.length, withNetns: found.size, repaired };
+    this.#log.info(summary, 'initial snapshot built');
+    return summary;
+  }
+
+  async #repair(pod: V1Pod, netns: NetnsHandle): Promise<boolean> {
+    try {
+      const drift = await this.deps.rules.verify(netns, this.#overrides(pod));
+      if (drift.inSync) return false;
+      this.#log.warn({ pod: podKey(pod), drift: describeDrift(drift) }, 'in-pod rules drifted; repairing');
+      await this.deps.rules.apply(netns, this.#overrides(pod));
+      return true;
+    } catch (err) {
+      if (!hasErrorCode(err, 'ENOENT')) this.#log.error({ pod: podKey(pod), err: (err as Error).message }, 'could not repair in-pod rules; try restarting the pod');
+      return false;
+    }
+  }
+}
