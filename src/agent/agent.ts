@@ -4,11 +4,8 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { NativeNetAddon, type NetAddon } from '../addon/net-addon.js';
-import { PLUGIN_EVENT_SOCKET, type PluginAddEvent, type PluginDelEvent } from '../cni/protocol.js';
+import { PLUGIN_EVENT_SOCKET } from '../cni/protocol.js';
 import { silentLogger, type Logger } from '../ops/log.js';
-import { PodEnroller, type CniPod } from '../pods/enroller.js';
-import { PodStateStore } from '../pods/state-store.js';
-import { describeDrift } from '../rules/drift.js';
 import { IptablesInpodRules } from '../rules/iptables-manager.js';
 import type { InpodRuleManager } from '../rules/manager.js';
 import { NftablesInpodRules } from '../rules/nftables-manager.js';
@@ -16,14 +13,15 @@ import { defaultRuleSettings } from '../rules/settings.js';
 import { PodRegistry } from '../zds/registry.js';
 import { ZdsServer } from '../zds/server.js';
 import type { AgentConfig } from './config.js';
-import { writeEnablementSnapshot } from './enablement-file.js';
 import { HealthServer } from './health-server.js';
 import { PluginEventServer } from './plugin-event-server.js';
+import { StandaloneSource, type PodSource, type SourceDeps } from './pod-sources.js';
 
 /** What the agent needs from the CNI installer. */
 export interface Installer {
   install(signal?: AbortSignal): Promise<unknown>;
   watch(signal: AbortSignal, onChange?: (ready: boolean) => void): Promise<void> | void;
+  uninstall?(): Promise<unknown>;
   readonly ready: boolean;
 }
 
@@ -31,20 +29,21 @@ export interface AgentDeps {
   addon?: NetAddon;
   log?: Logger;
   installer?: Installer;
+  /** Where pods come from; default standalone. Built from the agent's own parts. */
+  makeSource?: (deps: SourceDeps) => PodSource;
 }
 
 export class Agent {
   readonly addon: NetAddon;
   readonly registry: PodRegistry;
   readonly zds: ZdsServer;
-  readonly enroller: PodEnroller;
+  readonly source: PodSource;
   readonly rules: InpodRuleManager;
   readonly #log: Logger;
   readonly #plugin: PluginEventServer;
   readonly #health: HealthServer;
   readonly #installer: Installer | undefined;
   readonly #stop = new AbortController();
-  #restored = false;
 
   constructor(
     readonly config: AgentConfig,
@@ -61,19 +60,12 @@ export class Agent {
     this.rules = config.backend === 'nftables' ? new NftablesInpodRules(this.addon, settings) : new IptablesInpodRules(this.addon, settings);
     this.zds = new ZdsServer({ socketPath: config.zdsSocket, snapshot: () => this.registry.snapshot(), log: this.#log });
     this.registry = new PodRegistry(this.zds);
-    this.enroller = new PodEnroller({
-      addon: this.addon,
-      rules: this.rules,
-      registry: this.registry,
-      store: new PodStateStore(config.runDir),
-      netnsRoot: config.netnsRoot,
-      excludeNamespaces: config.excludeNamespaces,
-      log: this.#log,
-    });
+    const sourceDeps: SourceDeps = { config, addon: this.addon, rules: this.rules, registry: this.registry, settings, log: this.#log };
+    this.source = (deps.makeSource ?? ((d) => new StandaloneSource(d)))(sourceDeps);
     this.#plugin = new PluginEventServer(join(config.runDir, PLUGIN_EVENT_SOCKET), {
-      add: (e) => this.enroller.add(cniPodOf(e)),
-      del: (e) => this.#onDel(e),
-      check: (e) => this.#onCheck(e),
+      add: (e) => this.source.cniAdd(e),
+      del: (e) => this.source.cniDel(e),
+      check: (e) => this.source.cniCheck(e),
     }, this.#log);
     this.#health = new HealthServer(config.healthPort, () => this.notReadyReasons());
     this.#installer = deps.installer;
@@ -82,7 +74,7 @@ export class Agent {
   /** Istio's readiness: plugin installed and chained, ZDS listening (a ztunnel is not required). */
   notReadyReasons(): string[] {
     return [
-      ...(this.#restored ? [] : ['enrolled pods not restored yet']),
+      ...this.source.notReadyReasons(),
       ...(this.zds.listening ? [] : ['ZDS server not listening']),
       ...(!this.#installer || this.#installer.ready ? [] : ['CNI plugin not installed / config not chained']),
     ];
@@ -91,12 +83,11 @@ export class Agent {
   async start(): Promise<void> {
     mkdirSync(this.config.runDir, { recursive: true, mode: 0o750 });
     await this.#health.start();
-    await writeEnablementSnapshot(this.config.runDir, { allNamespaces: true, namespaces: [], excludedNamespaces: this.config.excludeNamespaces });
     if (this.rules instanceof NftablesInpodRules) await this.rules.warmUp();
-    await this.enroller.restore();
-    this.#restored = true;
+    await this.source.prepare();
     this.zds.start();
     await this.#plugin.start();
+    this.source.run();
     if (this.#installer) {
       await this.#installer.install(this.#stop.signal);
       void this.#installer.watch(this.#stop.signal, (ready) => this.#log.info({ ready }, 'CNI install state changed'));
@@ -104,41 +95,31 @@ export class Agent {
     this.#log.info({ notReady: this.notReadyReasons() }, 'agent started');
   }
 
-  /** Stops serving; in-pod rules and the CNI config stay (an upgrade must not unredirect pods). */
+  /**
+   * Stops serving. In-pod rules always stay (enrolled pods stay redirected). The CNI config entry,
+   * the plugin binary and the host rules stay too unless this is a real uninstall (Kubernetes
+   * mode: our DaemonSet is gone or no longer targets this node).
+   */
   async stop(): Promise<void> {
     this.#stop.abort();
+    const cleanUp = await this.source.shouldCleanUp().catch(() => false);
     await this.#plugin.close();
+    await this.source.stop();
+    if (cleanUp) await this.#cleanUpNode();
     this.zds.close();
     this.registry.close();
     await this.#health.close();
   }
 
+  async #cleanUpNode(): Promise<void> {
+    this.#log.info('the DaemonSet is gone: removing the CNI config entry, the plugin and the host rules');
+    await this.#installer?.uninstall?.().catch((err: unknown) => this.#log.error({ err: (err as Error).message }, 'uninstall failed'));
+    await this.source.cleanUp().catch((err: unknown) => this.#log.error({ err: (err as Error).message }, 'host cleanup failed'));
+  }
+
   get healthPort(): number | undefined {
     return this.#health.address?.port;
   }
-
-  async #onDel(e: PluginDelEvent): Promise<void> {
-    const uid = e.PodUID || this.enroller.uidOf(e.PodNamespace, e.PodName);
-    if (uid) await this.enroller.remove(uid);
-  }
-
-  async #onCheck(e: PluginAddEvent): Promise<string | undefined> {
-    const uid = e.PodUID || this.enroller.uidOf(e.PodNamespace, e.PodName);
-    if (!uid || this.enroller.isExcluded(e.PodNamespace)) return undefined;
-    const drift = await this.enroller.check(uid);
-    if (!drift) return `pod ${e.PodNamespace}/${e.PodName} is not enrolled`;
-    return drift.inSync ? undefined : `in-pod rules drifted: ${describeDrift(drift).join('; ')}`;
-  }
 }
 
-/** Istio's plugin sends no UID; namespace/name is unique on a node at any one time. */
-export function cniPodOf(e: PluginAddEvent): CniPod {
-  return {
-    uid: e.PodUID || `${e.PodNamespace}/${e.PodName}`,
-    name: e.PodName,
-    namespace: e.PodNamespace,
-    netnsPath: e.Netns,
-    containerId: e.ContainerID ?? '',
-    ips: e.IPs.map((ip) => ip.Address.IP),
-  };
-}
+export { cniPodOf } from './pod-sources.js';

@@ -1,6 +1,7 @@
 // The agent's settings: every flag has the environment variable Istio's chart sets, flags win
 // over the environment, and each bad value is reported in one clear line.
 import { isIPv4, isIPv6 } from 'node:net';
+import { hostname } from 'node:os';
 import { parseArgs } from 'node:util';
 import { DEFAULT_HOST_PROBE_SNAT_IPV4, DEFAULT_HOST_PROBE_SNAT_IPV6 } from '../rules/constants.js';
 import { parseGoBool } from '../rules/settings.js';
@@ -29,6 +30,14 @@ export interface AgentConfig {
   hostProbeSnatIpv6: string;
   /** Where the plugin binary to install comes from (the image's copy). */
   pluginSource: string;
+  kubeconfig: string | undefined;
+  nodeName: string;
+  /** AMBIENT_ENABLEMENT_SELECTOR (YAML); undefined means Istio's default selectors. */
+  enablementSelector: string | undefined;
+  systemNamespace: string;
+  disableSafeUpgrade: boolean;
+  /** AMBIENT_RECONCILE_POD_RULES_ON_STARTUP (Istio's chart sets true). */
+  reconcilePodRulesOnStartup: boolean;
 }
 
 interface Option {
@@ -59,6 +68,12 @@ export const OPTIONS: readonly Option[] = [
   { flag: 'snat-ipv4', env: 'HOST_PROBE_SNAT_IP', fallback: DEFAULT_HOST_PROBE_SNAT_IPV4, help: 'kubelet probe SNAT address', kind: 'string' },
   { flag: 'snat-ipv6', env: 'HOST_PROBE_SNAT_IPV6', fallback: DEFAULT_HOST_PROBE_SNAT_IPV6, help: 'kubelet probe SNAT address (IPv6)', kind: 'string' },
   { flag: 'plugin-source', env: 'CNI_PLUGIN_SOURCE', fallback: '', help: 'plugin binary to install (default: build/Release/istio-cni)', kind: 'string' },
+  { flag: 'kubeconfig', env: 'KUBECONFIG', fallback: '', help: 'kubeconfig file (default: in-cluster service account)', kind: 'string' },
+  { flag: 'node-name', env: 'NODE_NAME', fallback: '', help: 'this node (default: KUBERNETES_NODE_NAME, then the hostname)', kind: 'string' },
+  { flag: 'enablement-selector', env: 'AMBIENT_ENABLEMENT_SELECTOR', fallback: '', help: "YAML list of {podSelector, namespaceSelector} (default: Istio's)", kind: 'string' },
+  { flag: 'system-namespace', env: 'SYSTEM_NAMESPACE', fallback: 'istio-system', help: "Istio's namespace (ztunnel pods are skipped)", kind: 'string' },
+  { flag: 'disable-safe-upgrade', env: 'AMBIENT_DISABLE_SAFE_UPGRADE', fallback: 'false', help: 'always remove node artefacts on SIGTERM', kind: 'bool' },
+  { flag: 'reconcile-pod-rules-on-startup', env: 'AMBIENT_RECONCILE_POD_RULES_ON_STARTUP', fallback: 'true', help: 'verify and repair in-pod rules at start', kind: 'bool' },
 ];
 
 export function usage(): string {
@@ -132,6 +147,12 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
     hostProbeSnatIpv4: get('snat-ipv4'),
     hostProbeSnatIpv6: get('snat-ipv6'),
     pluginSource: get('plugin-source') || defaultPluginSource,
+    kubeconfig: get('kubeconfig') || undefined,
+    nodeName: get('node-name') || env['KUBERNETES_NODE_NAME'] || hostname(),
+    enablementSelector: get('enablement-selector') || undefined,
+    systemNamespace: get('system-namespace'),
+    disableSafeUpgrade: bool(raw, 'disable-safe-upgrade', problems),
+    reconcilePodRulesOnStartup: bool(raw, 'reconcile-pod-rules-on-startup', problems),
   };
   if (problems.length > 0) throw new UsageError(problems.join('; '));
   return config;

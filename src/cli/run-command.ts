@@ -3,20 +3,31 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Agent, type Installer } from '../agent/agent.js';
 import { installerFor } from '../cni-install/from-agent-config.js';
+import { KubernetesSource, StandaloneSource, type PodSource, type SourceDeps } from '../agent/pod-sources.js';
+import { loadKubeConfig } from '../kube/client.js';
 import { loadAgentConfig, usage, type AgentConfig } from '../agent/config.js';
 import { createLogger, type Logger } from '../ops/log.js';
 import { projectRoot } from '../project-root.js';
-import { UsageError } from './usage-error.js';
 
 export const RUN_USAGE = usage();
 
-/** Kubernetes mode (informers, annotations) is issue #5; until then the agent runs standalone. */
-function resolveKubeMode(config: AgentConfig, env: NodeJS.ProcessEnv): 'none' {
-  const kubeConfigured = Boolean(env['KUBERNETES_SERVICE_HOST'] || env['KUBECONFIG']);
-  if (config.kubeMode === 'auto' && kubeConfigured) {
-    throw new UsageError('Kubernetes mode is not available yet; run with --kube-mode none (standalone)');
-  }
-  return 'none';
+/**
+ * `--kube-mode auto` picks Kubernetes when a kubeconfig or the in-cluster service account is
+ * there; `none` (or neither) runs standalone.
+ */
+function sourceFactory(config: AgentConfig, env: NodeJS.ProcessEnv): (deps: SourceDeps) => PodSource {
+  const kc = config.kubeMode === 'none' ? undefined : loadKubeConfig({ ...(config.kubeconfig ? { kubeconfig: config.kubeconfig } : {}), env });
+  if (!kc) return (deps) => new StandaloneSource(deps);
+  return (deps) =>
+    new KubernetesSource(deps, {
+      kc,
+      nodeName: config.nodeName,
+      ...(config.enablementSelector ? { enablementSelector: config.enablementSelector } : {}),
+      systemNamespace: config.systemNamespace,
+      daemonSetName: 'istio-cni-node',
+      disableSafeUpgrade: config.disableSafeUpgrade,
+      reconcileRulesOnStartup: config.reconcilePodRulesOnStartup,
+    });
 }
 
 export interface RunOptions {
@@ -34,11 +45,10 @@ export async function runAgent(args: string[], out: (s: string) => void, stop: P
     return 0;
   }
   const config = configFrom(args);
-  resolveKubeMode(config, process.env);
   const log = createLogger({ level: config.logLevel });
   const makeInstaller = options.makeInstaller ?? ((c, l) => installerFor(c, l));
   const installer = makeInstaller(config, log);
-  const agent = new Agent(config, { log, ...(installer ? { installer } : {}) });
+  const agent = new Agent(config, { log, makeSource: sourceFactory(config, process.env), ...(installer ? { installer } : {}) });
   await agent.start();
   await stop;
   log.info('stopping: in-pod rules and the CNI config stay in place');

@@ -1,0 +1,279 @@
+// Where the agent learns about pods: standalone (only the CNI path, state kept in the run dir) or
+// Kubernetes (informers, enablement selectors, annotations, host probe rules). The agent wires
+// either one to the plugin-event server and the ZDS server the same way.
+import type { V1Namespace, V1Pod } from '@kubernetes/client-node';
+import type { NetAddon } from '../addon/net-addon.js';
+import type { PluginAddEvent, PluginDelEvent } from '../cni/protocol.js';
+import { HostDataplane } from '../host/host-dataplane.js';
+import { httpStatusOf, KubeApi } from '../kube/client.js';
+import { ResilientInformer } from '../kube/informer.js';
+import { MeshController, type HostProbes, type NetnsFinder } from '../kube/mesh-controller.js';
+import type { Logger } from '../ops/log.js';
+import { Enablement, parseEnablementSelectors } from '../pods/enablement.js';
+import { PodEnroller, type CniPod } from '../pods/enroller.js';
+import { ProcNetnsFinder } from '../pods/proc-netns-finder.js';
+import { PodStateStore } from '../pods/state-store.js';
+import { describeDrift } from '../rules/drift.js';
+import type { InpodRuleManager } from '../rules/manager.js';
+import type { RuleSettings } from '../rules/settings.js';
+import type { PodRegistry } from '../zds/registry.js';
+import type { AgentConfig } from './config.js';
+import { writeEnablementSnapshot } from './enablement-file.js';
+import type { KubeConfig } from '@kubernetes/client-node';
+import { CoreV1Api } from '@kubernetes/client-node';
+
+export interface PodSource {
+  readonly mode: 'standalone' | 'kubernetes';
+  /** Before ZDS listens: everything the first snapshot needs. */
+  prepare(): Promise<void>;
+  /** After ZDS listens: start acting on events. */
+  run(): void;
+  cniAdd(e: PluginAddEvent): Promise<void>;
+  cniDel(e: PluginDelEvent): Promise<void>;
+  cniCheck(e: PluginAddEvent): Promise<string | undefined>;
+  notReadyReasons(): string[];
+  /** On SIGTERM: should node-level artefacts (CNI config, binary, host rules) be removed? */
+  shouldCleanUp(): Promise<boolean>;
+  /** Removes node-level artefacts this source owns (host rules and probe sets). */
+  cleanUp(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface SourceDeps {
+  config: AgentConfig;
+  addon: NetAddon;
+  rules: InpodRuleManager;
+  registry: PodRegistry;
+  settings: RuleSettings;
+  log: Logger;
+}
+
+/** Istio's plugin sends no UID; namespace/name is unique on a node at any one time. */
+export function cniPodOf(e: PluginAddEvent): CniPod {
+  return {
+    uid: e.PodUID || `${e.PodNamespace}/${e.PodName}`,
+    name: e.PodName,
+    namespace: e.PodNamespace,
+    netnsPath: e.Netns,
+    containerId: e.ContainerID ?? '',
+    ips: e.IPs.map((ip) => ip.Address.IP),
+  };
+}
+
+export class StandaloneSource implements PodSource {
+  readonly mode = 'standalone' as const;
+  readonly enroller: PodEnroller;
+  #restored = false;
+
+  constructor(private readonly deps: SourceDeps) {
+    this.enroller = new PodEnroller({
+      addon: deps.addon,
+      rules: deps.rules,
+      registry: deps.registry,
+      store: new PodStateStore(deps.config.runDir),
+      netnsRoot: deps.config.netnsRoot,
+      excludeNamespaces: deps.config.excludeNamespaces,
+      log: deps.log,
+    });
+  }
+
+  async prepare(): Promise<void> {
+    await writeEnablementSnapshot(this.deps.config.runDir, { allNamespaces: true, namespaces: [], excludedNamespaces: this.deps.config.excludeNamespaces });
+    await this.enroller.restore();
+    this.#restored = true;
+  }
+
+  run(): void {}
+
+  cniAdd(e: PluginAddEvent): Promise<void> {
+    return this.enroller.add(cniPodOf(e));
+  }
+
+  async cniDel(e: PluginDelEvent): Promise<void> {
+    const uid = e.PodUID || this.enroller.uidOf(e.PodNamespace, e.PodName);
+    if (uid) await this.enroller.remove(uid);
+  }
+
+  async cniCheck(e: PluginAddEvent): Promise<string | undefined> {
+    const uid = e.PodUID || this.enroller.uidOf(e.PodNamespace, e.PodName);
+    if (!uid || this.enroller.isExcluded(e.PodNamespace)) return undefined;
+    const drift = await this.enroller.check(uid);
+    if (!drift) return `pod ${e.PodNamespace}/${e.PodName} is not enrolled`;
+    return drift.inSync ? undefined : `in-pod rules drifted: ${describeDrift(drift).join('; ')}`;
+  }
+
+  notReadyReasons(): string[] {
+    return this.#restored ? [] : ['enrolled pods not restored yet'];
+  }
+
+  /** Without Kubernetes there is no DaemonSet to ask: an agent that stops keeps everything. */
+  async shouldCleanUp(): Promise<boolean> {
+    return false;
+  }
+
+  async cleanUp(): Promise<void> {}
+
+  async stop(): Promise<void> {}
+}
+
+export interface KubeSourceOptions {
+  kc: KubeConfig;
+  nodeName: string;
+  /** AMBIENT_ENABLEMENT_SELECTOR (YAML); undefined: Istio's defaults. */
+  enablementSelector?: string;
+  systemNamespace: string;
+  /** The DaemonSet whose presence means "upgrade, keep everything" (istio-cni-node). */
+  daemonSetName: string;
+  /** AMBIENT_DISABLE_SAFE_UPGRADE: always clean up on SIGTERM. */
+  disableSafeUpgrade: boolean;
+  reconcileRulesOnStartup?: boolean;
+  kubeletUid?: number;
+  /** Tests replace the node-facing parts (host probe rules, /proc scan). */
+  host?: HostProbes & { start(): Promise<void>; cleanup(): Promise<void> };
+  finder?: NetnsFinder;
+}
+
+export class KubernetesSource implements PodSource {
+  readonly mode = 'kubernetes' as const;
+  readonly controller: MeshController;
+  readonly pods: ResilientInformer<V1Pod>;
+  readonly namespaces: ResilientInformer<V1Namespace>;
+  readonly host: HostProbes & { start(): Promise<void>; cleanup(): Promise<void> };
+  readonly #api: KubeApi;
+  readonly #core: CoreV1Api;
+  readonly #enablement: Enablement;
+  #prepared = false;
+
+  constructor(
+    private readonly deps: SourceDeps,
+    private readonly opts: KubeSourceOptions,
+  ) {
+    const core = opts.kc.makeApiClient(CoreV1Api);
+    this.#core = core;
+    this.#api = new KubeApi(opts.kc);
+    this.#enablement = new Enablement({
+      selectors: parseEnablementSelectors(opts.enablementSelector),
+      excludeNamespaces: deps.config.excludeNamespaces,
+      systemNamespace: opts.systemNamespace,
+    });
+    this.pods = new ResilientInformer<V1Pod>({
+      kc: opts.kc,
+      path: '/api/v1/pods',
+      fieldSelector: `spec.nodeName=${opts.nodeName}`,
+      list: () => core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${opts.nodeName}` }),
+      log: deps.log,
+    });
+    this.namespaces = new ResilientInformer<V1Namespace>({ kc: opts.kc, path: '/api/v1/namespaces', list: () => core.listNamespace(), log: deps.log });
+    this.host = opts.host ?? new HostDataplane({
+      addon: deps.addon,
+      hostNetns: deps.addon.openNetns('/proc/self/ns/net'),
+      settings: deps.settings,
+      procDir: deps.config.procDir,
+      ...(opts.kubeletUid !== undefined ? { kubeletUid: opts.kubeletUid } : {}),
+      log: deps.log,
+    });
+    this.controller = new MeshController({
+      addon: deps.addon,
+      rules: deps.rules,
+      registry: deps.registry,
+      pods: { get: (ns, name) => this.pods.get(ns, name), list: () => this.pods.list() },
+      namespaces: { get: (name) => this.namespaces.get(undefined, name), list: () => this.namespaces.list() },
+      api: this.#api,
+      host: this.host,
+      finder: opts.finder ?? this.#procFinder(),
+      enablement: this.#enablement,
+      netnsRoot: deps.config.netnsRoot,
+      reconcileRulesOnStartup: opts.reconcileRulesOnStartup ?? true,
+      log: deps.log,
+    });
+    this.#wireEvents();
+  }
+
+  /** The host netns is the agent's own (Istio without ALLOW_SWITCH_TO_HOST_NS). */
+  #procFinder(): NetnsFinder {
+    const own = this.deps.addon.openNetns('/proc/self/ns/net');
+    const hostNetns = { ino: own.ino, dev: own.dev };
+    own.close();
+    return new ProcNetnsFinder({ addon: this.deps.addon, procDir: this.deps.config.procDir, hostNetns, log: this.deps.log });
+  }
+
+  #wireEvents(): void {
+    this.pods.on('update', (oldPod: V1Pod, newPod: V1Pod) => this.controller.podUpdated(oldPod, newPod));
+    this.pods.on('delete', (pod: V1Pod) => this.controller.podDeleted(pod));
+    this.namespaces.on('add', (ns: V1Namespace) => {
+      this.controller.namespaceAdded(ns);
+      void this.#refreshEnablementFile();
+    });
+    this.namespaces.on('update', (oldNs: V1Namespace, newNs: V1Namespace) => {
+      this.controller.namespaceUpdated(oldNs, newNs);
+      void this.#refreshEnablementFile();
+    });
+    this.namespaces.on('delete', () => void this.#refreshEnablementFile());
+  }
+
+  #refreshEnablementFile(): Promise<void> {
+    const snapshot = this.#enablement.snapshotFor(this.namespaces.list());
+    return writeEnablementSnapshot(this.deps.config.runDir, snapshot).catch((err: unknown) =>
+      this.deps.log.warn({ err: (err as Error).message }, 'could not write the enablement snapshot file'),
+    );
+  }
+
+  async prepare(): Promise<void> {
+    this.pods.start();
+    this.namespaces.start();
+    await Promise.all([this.pods.synced(), this.namespaces.synced()]);
+    await this.#refreshEnablementFile();
+    await this.host.start();
+    await this.controller.reconcileStartup();
+    this.#prepared = true;
+  }
+
+  run(): void {
+    this.controller.queue.resume();
+  }
+
+  cniAdd(e: PluginAddEvent): Promise<void> {
+    return this.controller.cniAdd(e);
+  }
+
+  /** Istio: removal is driven by the informer (pod deleted or terminated), not by CNI DEL. */
+  async cniDel(): Promise<void> {}
+
+  cniCheck(e: PluginAddEvent): Promise<string | undefined> {
+    return this.controller.cniCheck(e);
+  }
+
+  notReadyReasons(): string[] {
+    return this.#prepared ? [] : ['informers not synced / initial snapshot not built yet'];
+  }
+
+  /**
+   * Istio's ShouldStopCleanup: keep everything when our DaemonSet still exists, is not being
+   * deleted and still targets this node (an upgrade or a reboot); otherwise clean up.
+   */
+  async shouldCleanUp(): Promise<boolean> {
+    if (this.opts.disableSafeUpgrade) return true;
+    try {
+      const ds = await this.#api.getDaemonSet(this.deps.config.podNamespace, this.opts.daemonSetName);
+      if (!ds || ds.metadata?.deletionTimestamp) return true;
+      const selector = ds.spec?.template?.spec?.nodeSelector ?? {};
+      const node = await this.#core.readNode({ name: this.opts.nodeName }).catch(() => undefined);
+      const labels = node?.metadata?.labels;
+      if (labels && Object.entries(selector).some(([k, v]) => labels[k] !== v)) return true;
+      return false;
+    } catch (err) {
+      // Unauthorized means our RBAC is gone with the release: clean up. Anything else: keep.
+      return httpStatusOf(err) === 401;
+    }
+  }
+
+  cleanUp(): Promise<void> {
+    return this.host.cleanup();
+  }
+
+  async stop(): Promise<void> {
+    this.controller.queue.stop();
+    this.pods.stop();
+    this.namespaces.stop();
+  }
+}
