@@ -112,15 +112,24 @@ export class MeshController {
   // ---- CNI path -------------------------------------------------------------------------------
 
   /**
-   * CNI ADD: the pod must be in the informer cache (it lags the kubelet a little) and must match
-   * the enablement selectors; its IPs come from the event (the Pod object has none yet).
+   * CNI ADD: the pod is looked up in the informer cache (it lags the kubelet a little); its IPs
+   * come from the event (the Pod object has none yet). Istio's plugin asks the API server and
+   * only forwards ambient pods; ours makes no API call and forwards every pod, so a pod that does
+   * not match the selectors is answered 200 (it starts outside the mesh, as with Istio). A pod
+   * the cache does not know yet fails (the runtime retries) only when its namespace is ambient;
+   * otherwise it starts, and the informer enrolls it later if its own labels say so.
    */
   async cniAdd(event: PluginAddEvent): Promise<void> {
-    const pod = await this.#waitForPod(event.PodNamespace, event.PodName);
-    if (!pod) throw new Error(`pod ${event.PodNamespace}/${event.PodName} not found in the informer cache`);
     const namespace = this.deps.namespaces.get(event.PodNamespace);
-    if (!this.deps.enablement.podMatches(pod, namespace)) {
-      throw new Error(`pod ${event.PodNamespace}/${event.PodName} does not match the ambient enablement selectors`);
+    const pod = await this.#waitForPod(event.PodNamespace, event.PodName);
+    if (!pod) {
+      if (this.deps.enablement.namespaceMatches(namespace?.metadata?.labels ?? {})) {
+        throw new Error(`pod ${event.PodNamespace}/${event.PodName} not found in the informer cache`);
+      }
+      return this.#log.info({ pod: `${event.PodNamespace}/${event.PodName}` }, 'pod not in the cache yet and its namespace is not ambient; letting it start');
+    }
+    if (!this.deps.enablement.shouldBeEnabled(pod, namespace)) {
+      return this.#log.debug({ pod: podKey(pod) }, 'not an ambient pod; nothing to do');
     }
     await this.addPodToMesh(pod, event.IPs.map((ip) => ip.Address.IP), event.Netns);
   }

@@ -233,11 +233,11 @@ describe('Kubernetes mode', () => {
     await until(() => host.enrolled.get('uid-dual')?.[0] === '10.0.0.6', 'IPs re-added after the kubelet restart');
   });
 
-  it('CNI ADD: looks the pod up in the cache, uses the event IPs and netns; refuses pods that do not match', async () => {
+  it('CNI ADD: looks the pod up in the cache, uses the event IPs and netns; lets non-ambient pods start', async () => {
     addPodNetns('cni');
     addPodNetns('plain');
     api.upsertPod(podObject('cni', { labels: AMBIENT, ips: [] }));
-    api.upsertPod(podObject('plain', { ips: [] }));
+    api.upsertPod(podObject('plain', { ips: ['10.0.0.40'] }));
     await startAgent();
     await connectZtunnel();
     const sock = join(config.runDir, 'pluginevent.sock');
@@ -250,7 +250,13 @@ describe('Kubernetes mode', () => {
     expect(await postUnix(sock, '/cmdadd', event('cni'))).toEqual({ status: 200, body: '' });
     expect(running()).toContain('uid-cni');
     expect(host.enrolled.get('uid-cni')).toEqual(['10.9.9.9']);
-    expect(await postUnix(sock, '/cmdadd', event('plain'))).toMatchObject({ status: 500, body: expect.stringContaining('does not match') });
+    // Our plugin forwards every pod: a non-ambient one is answered 200 and stays out of the mesh.
+    expect(await postUnix(sock, '/cmdadd', event('plain'))).toEqual({ status: 200, body: '' });
+    expect(running()).not.toContain('uid-plain');
+    // Unknown to the cache: fine in a non-ambient namespace, "retry" in an ambient one.
+    expect(await postUnix(sock, '/cmdadd', event('ghost'))).toEqual({ status: 200, body: '' });
+    labelNamespace(AMBIENT);
+    await until(() => running().includes('uid-plain'), 'namespace label enrolls the plain pod');
     expect(await postUnix(sock, '/cmdadd', event('ghost'))).toMatchObject({ status: 500, body: expect.stringContaining('not found in the informer cache') });
   });
 
