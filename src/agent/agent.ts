@@ -106,6 +106,7 @@ export class Agent {
     await this.#plugin.close();
     await this.source.stop();
     if (cleanUp) await this.#cleanUpNode();
+    this.source.close?.();
     this.zds.close();
     this.registry.close();
     await this.#health.close();

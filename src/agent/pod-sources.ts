@@ -2,7 +2,7 @@
 // Kubernetes (informers, enablement selectors, annotations, host probe rules). The agent wires
 // either one to the plugin-event server and the ZDS server the same way.
 import type { V1Namespace, V1Pod } from '@kubernetes/client-node';
-import type { NetAddon } from '../addon/net-addon.js';
+import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
 import type { PluginAddEvent, PluginDelEvent } from '../cni/protocol.js';
 import { HostDataplane } from '../host/host-dataplane.js';
 import { httpStatusOf, KubeApi } from '../kube/client.js';
@@ -37,6 +37,8 @@ export interface PodSource {
   /** Removes node-level artefacts this source owns (host rules and probe sets). */
   cleanUp(): Promise<void>;
   stop(): Promise<void>;
+  /** Releases what the source holds (after stop and any clean-up). */
+  close?(): void;
 }
 
 export interface SourceDeps {
@@ -142,6 +144,8 @@ export class KubernetesSource implements PodSource {
   readonly #api: KubeApi;
   readonly #core: CoreV1Api;
   readonly #enablement: Enablement;
+  /** The agent's own netns, where the host rules live; held for the agent's lifetime. */
+  readonly #hostNetns: NetnsHandle | undefined;
   #prepared = false;
 
   constructor(
@@ -164,9 +168,10 @@ export class KubernetesSource implements PodSource {
       log: deps.log,
     });
     this.namespaces = new ResilientInformer<V1Namespace>({ kc: opts.kc, path: '/api/v1/namespaces', list: () => core.listNamespace(), log: deps.log });
+    this.#hostNetns = opts.host ? undefined : deps.addon.openNetns('/proc/self/ns/net');
     this.host = opts.host ?? new HostDataplane({
       addon: deps.addon,
-      hostNetns: deps.addon.openNetns('/proc/self/ns/net'),
+      hostNetns: this.#hostNetns!,
       settings: deps.settings,
       procDir: deps.config.procDir,
       ...(opts.kubeletUid !== undefined ? { kubeletUid: opts.kubeletUid } : {}),
@@ -273,7 +278,11 @@ export class KubernetesSource implements PodSource {
 
   async stop(): Promise<void> {
     this.controller.queue.stop();
-    this.pods.stop();
-    this.namespaces.stop();
+    await Promise.all([this.pods.stop(), this.namespaces.stop()]);
+  }
+
+  /** After stop() and any cleanUp(): releases the host netns handle. */
+  close(): void {
+    this.#hostNetns?.close();
   }
 }
