@@ -1,5 +1,7 @@
 #!/usr/bin/env node
 // The ambient-node-agent command line: dispatches to one subcommand per concern.
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import type { NetAddon } from '../addon/net-addon.js';
 import { parseRulesArgs, runRulesCommand } from './rules-command.js';
 import { UsageError } from './usage-error.js';
@@ -76,8 +78,18 @@ function untilSignal(): Promise<void> {
   });
 }
 
-const isEntryPoint = process.argv[1] !== undefined && import.meta.url === new URL(`file://${process.argv[1]}`).href;
-if (isEntryPoint) {
+/** Run as a program (also through npm's `bin` symlink), not when imported by tests. */
+function isEntryPoint(): boolean {
+  const script = process.argv[1];
+  if (script === undefined) return false;
+  try {
+    return realpathSync(script) === fileURLToPath(import.meta.url);
+  } catch {
+    return false;
+  }
+}
+
+if (isEntryPoint()) {
   main(process.argv.slice(2)).then((code) => {
     process.exitCode = code;
   });
