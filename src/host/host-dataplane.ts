@@ -146,7 +146,7 @@ export class HostDataplane {
     for (const [name, type] of wanted) {
       if (present.get(name) !== type) {
         // DriftKind has no 'set'; a set is table content, so it is reported against the table.
-        missing.push({ kind: 'table', where: PROBE_TABLE, text: `set ${name} { type ${type} ; }` });
+        missing.push({ kind: 'set', where: PROBE_TABLE, text: `set ${name} { type ${type} ; }` });
       }
     }
     return mergeDrift(rules, driftReport(missing, []));

@@ -1,7 +1,7 @@
 // What differs between the rules a pod should have and the rules it has.
 import type { ListedRuleset } from './nft-listing.js';
 
-export type DriftKind = 'table' | 'chain' | 'rule' | 'order' | 'ip-rule' | 'route';
+export type DriftKind = 'table' | 'chain' | 'rule' | 'order' | 'set' | 'ip-rule' | 'route';
 
 export interface DriftItem {
   kind: DriftKind;

@@ -564,7 +564,7 @@ describe('HostDataplane (fake addon)', () => {
     // The fake's listings are empty, so only the set check is meaningful here.
     started.addon.sets.delete(V6);
     const report = await started.host.verify();
-    expect(report.missing).toContainEqual({ kind: 'table', where: T, text: `set ${V6} { type ipv6_addr ; }` });
+    expect(report.missing).toContainEqual({ kind: 'set', where: T, text: `set ${V6} { type ipv6_addr ; }` });
     expect(addon.runs).toEqual([]);
   });
 });
