@@ -6,10 +6,13 @@ import { join } from 'node:path';
 import { NativeNetAddon, type NetAddon } from '../addon/net-addon.js';
 import { PLUGIN_EVENT_SOCKET } from '../cni/protocol.js';
 import { silentLogger, type Logger } from '../ops/log.js';
+import { AgentMetrics, MetricsServer } from '../ops/metrics.js';
+import { describeDrift } from '../rules/drift.js';
 import { IptablesInpodRules } from '../rules/iptables-manager.js';
 import type { InpodRuleManager } from '../rules/manager.js';
 import { NftablesInpodRules } from '../rules/nftables-manager.js';
-import { defaultRuleSettings } from '../rules/settings.js';
+import { defaultRuleSettings, NO_OVERRIDES } from '../rules/settings.js';
+import { TimedRuleManager } from '../rules/timed-manager.js';
 import { PodRegistry } from '../zds/registry.js';
 import { ZdsServer } from '../zds/server.js';
 import type { AgentConfig } from './config.js';
@@ -31,6 +34,7 @@ export interface AgentDeps {
   installer?: Installer;
   /** Where pods come from; default standalone. Built from the agent's own parts. */
   makeSource?: (deps: SourceDeps) => PodSource;
+  metrics?: AgentMetrics;
 }
 
 export class Agent {
@@ -39,9 +43,11 @@ export class Agent {
   readonly zds: ZdsServer;
   readonly source: PodSource;
   readonly rules: InpodRuleManager;
+  readonly metrics: AgentMetrics;
   readonly #log: Logger;
   readonly #plugin: PluginEventServer;
   readonly #health: HealthServer;
+  readonly #metricsServer: MetricsServer;
   readonly #installer: Installer | undefined;
   readonly #stop = new AbortController();
 
@@ -57,18 +63,67 @@ export class Agent {
       hostProbeSnatIpv4: config.hostProbeSnatIpv4,
       hostProbeSnatIpv6: config.hostProbeSnatIpv6,
     });
-    this.rules = config.backend === 'nftables' ? new NftablesInpodRules(this.addon, settings) : new IptablesInpodRules(this.addon, settings);
-    this.zds = new ZdsServer({ socketPath: config.zdsSocket, snapshot: () => this.registry.snapshot(), log: this.#log });
+    this.metrics = deps.metrics ?? new AgentMetrics();
+    const metrics = this.metrics;
+    const backend = config.backend === 'nftables' ? new NftablesInpodRules(this.addon, settings) : new IptablesInpodRules(this.addon, settings);
+    this.#backendRules = backend;
+    this.rules = new TimedRuleManager(backend, (operation, seconds, ok) =>
+      metrics.ruleOperations.observe({ backend: backend.backend, operation, result: ok ? 'ok' : 'error' }, seconds),
+    );
+    this.zds = new ZdsServer({
+      socketPath: config.zdsSocket,
+      snapshot: () => this.registry.snapshot(),
+      log: this.#log,
+      onAck: (request, seconds, ok) => metrics.zdsAck.observe({ request, result: ok ? 'ok' : 'error' }, seconds),
+    });
+    this.zds.onConnectionCount = (n) => metrics.ztunnelConnected.set(n);
     this.registry = new PodRegistry(this.zds);
-    const sourceDeps: SourceDeps = { config, addon: this.addon, rules: this.rules, registry: this.registry, settings, log: this.#log };
+    const sourceDeps: SourceDeps = { config, addon: this.addon, rules: this.rules, registry: this.registry, settings, log: this.#log, metrics };
     this.source = (deps.makeSource ?? ((d) => new StandaloneSource(d)))(sourceDeps);
     this.#plugin = new PluginEventServer(join(config.runDir, PLUGIN_EVENT_SOCKET), {
       add: (e) => this.source.cniAdd(e),
       del: (e) => this.source.cniDel(e),
       check: (e) => this.source.cniCheck(e),
     }, this.#log);
-    this.#health = new HealthServer(config.healthPort, () => this.notReadyReasons());
+    this.#plugin.onRequest = (route, status, seconds) => {
+      metrics.pluginRequests.inc({ response_code: String(status) });
+      if (route === '/cmdadd') metrics.podOnboarding.observe({ result: status === 200 ? 'ok' : 'error' }, seconds);
+    };
+    this.#health = new HealthServer(config.healthPort, () => this.notReadyReasons(), '0.0.0.0', () => this.debugPods());
+    this.#metricsServer = new MetricsServer(metrics, config.metricsPort);
     this.#installer = deps.installer;
+  }
+
+  readonly #backendRules: InpodRuleManager;
+
+  /**
+   * /debug/pods: every pod handed to ztunnel, its netns, whether its rules are as expected right
+   * now (verified on request), and what each ztunnel connection said about it.
+   */
+  async debugPods(): Promise<unknown> {
+    const connections = this.zds.connections();
+    const pods = await Promise.all(
+      this.registry.snapshot().map(async (entry) => {
+        const netns = this.registry.netnsOf(entry.uid);
+        let rules = 'no netns (sent to ztunnel as keep)';
+        if (netns && !netns.closed) {
+          rules = await this.#backendRules.verify(netns, this.source.overridesFor?.(entry.uid) ?? NO_OVERRIDES).then(
+            (drift) => (drift.inSync ? 'verified' : `drifted: ${describeDrift(drift).join('; ')}`),
+            (err: Error) => `error: ${err.message}`,
+          );
+        }
+        return {
+          uid: entry.uid,
+          namespace: entry.workloadInfo.namespace,
+          name: entry.workloadInfo.name,
+          serviceAccount: entry.workloadInfo.serviceAccount,
+          netnsInode: netns?.ino ?? null,
+          rules,
+          ztunnel: Object.fromEntries(connections.map((c) => [String(c.id), c.pods[entry.uid] ?? 'not sent'])),
+        };
+      }),
+    );
+    return { mode: this.source.mode, ready: this.notReadyReasons().length === 0, connections: connections.map(({ pods: _pods, ...c }) => c), pods };
   }
 
   /** Istio's readiness: plugin installed and chained, ZDS listening (a ztunnel is not required). */
@@ -83,16 +138,29 @@ export class Agent {
   async start(): Promise<void> {
     mkdirSync(this.config.runDir, { recursive: true, mode: 0o750 });
     await this.#health.start();
-    if (this.rules instanceof NftablesInpodRules) await this.rules.warmUp();
+    await this.#metricsServer.start();
+    if (this.#backendRules instanceof NftablesInpodRules) await this.#backendRules.warmUp();
     await this.source.prepare();
     this.zds.start();
     await this.#plugin.start();
     this.source.run();
-    if (this.#installer) {
-      await this.#installer.install(this.#stop.signal);
-      void this.#installer.watch(this.#stop.signal, (ready) => this.#log.info({ ready }, 'CNI install state changed'));
-    }
+    if (this.#installer) await this.#install(this.#installer);
     this.#log.info({ notReady: this.notReadyReasons() }, 'agent started');
+  }
+
+  async #install(installer: Installer): Promise<void> {
+    try {
+      await installer.install(this.#stop.signal);
+      this.metrics.installs.inc({ result: 'SUCCESS' });
+    } catch (err) {
+      this.metrics.installs.inc({ result: 'CREATE_CNI_CONFIG_FAILURE' });
+      throw err;
+    }
+    this.metrics.installReady.set(installer.ready ? 1 : 0);
+    void installer.watch(this.#stop.signal, (ready) => {
+      this.metrics.installReady.set(ready ? 1 : 0);
+      this.#log.info({ ready }, 'CNI install state changed');
+    });
   }
 
   /**
@@ -110,6 +178,7 @@ export class Agent {
     this.zds.close();
     this.registry.close();
     await this.#health.close();
+    await this.#metricsServer.close();
   }
 
   async #cleanUpNode(): Promise<void> {
@@ -120,6 +189,10 @@ export class Agent {
 
   get healthPort(): number | undefined {
     return this.#health.address?.port;
+  }
+
+  get metricsPort(): number | undefined {
+    return this.#metricsServer.address?.port;
   }
 }
 

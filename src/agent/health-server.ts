@@ -10,6 +10,8 @@ export class HealthServer {
     private readonly port: number,
     private readonly notReadyReasons: () => string[],
     private readonly host = '0.0.0.0',
+    /** /debug/pods: every tracked pod with its netns, rule state and ZDS state. */
+    private readonly debugPods?: () => Promise<unknown>,
   ) {}
 
   get address(): { port: number } | undefined {
@@ -23,6 +25,12 @@ export class HealthServer {
       if (req.url === '/readyz') {
         const reasons = this.notReadyReasons();
         return void res.writeHead(reasons.length === 0 ? 200 : 503).end(reasons.length === 0 ? 'ready\n' : `not ready: ${reasons.join('; ')}\n`);
+      }
+      if (req.url === '/debug/pods' && this.debugPods) {
+        return void this.debugPods().then(
+          (body) => res.writeHead(200, { 'Content-Type': 'application/json' }).end(`${JSON.stringify(body, null, 2)}\n`),
+          (err: Error) => res.writeHead(500).end(`${err.message}\n`),
+        );
       }
       res.writeHead(404).end('not found\n');
     });

@@ -81,11 +81,17 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
   }
 }
 
+/** Called after each request with its route, status and duration (metrics). */
+export type RequestObserver = (route: string, status: number, seconds: number) => void;
+
 export class PluginEventServer {
   #server: Server | undefined;
   readonly #log: Logger;
-  /** Counts by route and status code (istio_cni_plugin_requests_total). */
+  /** Counts by route and status code. */
   readonly requests = new Map<string, number>();
+  #inFlight = 0;
+  #drained: Array<() => void> = [];
+  onRequest: RequestObserver = () => {};
 
   constructor(
     private readonly socketPath: string,
@@ -106,13 +112,39 @@ export class PluginEventServer {
     this.#log.info({ socket: this.socketPath }, 'plugin-event server listening');
   }
 
-  async close(): Promise<void> {
+  /**
+   * Graceful: stops accepting, lets in-flight events finish (a sandbox being set up gets its
+   * answer) for up to `drainMs`, then closes whatever is left.
+   */
+  async close(drainMs = 8_000): Promise<void> {
     const server = this.#server;
     this.#server = undefined;
+    if (!server) return;
+    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+    server.closeIdleConnections();
+    if (this.#inFlight > 0) {
+      this.#log.info({ inFlight: this.#inFlight }, 'waiting for in-flight plugin events');
+      await Promise.race([new Promise<void>((r) => this.#drained.push(r)), new Promise((r) => setTimeout(r, drainMs).unref())]);
+    }
     await closeServer(server);
+    await closed;
+  }
+
+  get inFlight(): number {
+    return this.#inFlight;
   }
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    this.#inFlight++;
+    try {
+      await this.#serve(req, res);
+    } finally {
+      if (--this.#inFlight === 0) for (const r of this.#drained.splice(0)) r();
+    }
+  }
+
+  async #serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const started = process.hrtime.bigint();
     const route = req.url ?? '';
     let status = 200;
     let body = '';
@@ -126,7 +158,8 @@ export class PluginEventServer {
     }
     const key = `${route} ${status}`;
     this.requests.set(key, (this.requests.get(key) ?? 0) + 1);
-    res.writeHead(status, { 'Content-Type': 'text/plain; charset=utf-8' }).end(body);
+    this.onRequest(route, status, Number(process.hrtime.bigint() - started) / 1e9);
+    res.writeHead(status, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' }).end(body);
   }
 
   async #dispatch(route: string, json: unknown): Promise<string | undefined> {

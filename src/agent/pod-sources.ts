@@ -9,13 +9,14 @@ import { httpStatusOf, KubeApi } from '../kube/client.js';
 import { ResilientInformer } from '../kube/informer.js';
 import { MeshController, type HostProbes, type NetnsFinder } from '../kube/mesh-controller.js';
 import type { Logger } from '../ops/log.js';
+import type { AgentMetrics } from '../ops/metrics.js';
 import { Enablement, parseEnablementSelectors } from '../pods/enablement.js';
 import { PodEnroller, type CniPod } from '../pods/enroller.js';
 import { ProcNetnsFinder } from '../pods/proc-netns-finder.js';
 import { PodStateStore } from '../pods/state-store.js';
 import { describeDrift } from '../rules/drift.js';
 import type { InpodRuleManager } from '../rules/manager.js';
-import type { RuleSettings } from '../rules/settings.js';
+import { podOverridesFromAnnotations, type PodOverrides, type RuleSettings } from '../rules/settings.js';
 import type { PodRegistry } from '../zds/registry.js';
 import type { AgentConfig } from './config.js';
 import { writeEnablementSnapshot } from './enablement-file.js';
@@ -39,6 +40,8 @@ export interface PodSource {
   stop(): Promise<void>;
   /** Releases what the source holds (after stop and any clean-up). */
   close?(): void;
+  /** The pod's rule overrides (from its annotations), for verification. */
+  overridesFor?(uid: string): PodOverrides;
 }
 
 export interface SourceDeps {
@@ -48,6 +51,7 @@ export interface SourceDeps {
   registry: PodRegistry;
   settings: RuleSettings;
   log: Logger;
+  metrics?: AgentMetrics;
 }
 
 /** Istio's plugin sends no UID; namespace/name is unique on a node at any one time. */
@@ -203,17 +207,30 @@ export class KubernetesSource implements PodSource {
   }
 
   #wireEvents(): void {
-    this.pods.on('update', (oldPod: V1Pod, newPod: V1Pod) => this.controller.podUpdated(oldPod, newPod));
-    this.pods.on('delete', (pod: V1Pod) => this.controller.podDeleted(pod));
+    const count = (type: 'add' | 'update' | 'delete'): void => this.deps.metrics?.reconcileEvents.inc({ type });
+    this.pods.on('add', () => count('add')); // Istio ignores pod adds (the CNI path handles new pods) but counts them
+    this.pods.on('update', (oldPod: V1Pod, newPod: V1Pod) => {
+      count('update');
+      this.controller.podUpdated(oldPod, newPod);
+    });
+    this.pods.on('delete', (pod: V1Pod) => {
+      count('delete');
+      this.controller.podDeleted(pod);
+    });
     this.namespaces.on('add', (ns: V1Namespace) => {
+      count('add');
       this.controller.namespaceAdded(ns);
       void this.#refreshEnablementFile();
     });
     this.namespaces.on('update', (oldNs: V1Namespace, newNs: V1Namespace) => {
+      count('update');
       this.controller.namespaceUpdated(oldNs, newNs);
       void this.#refreshEnablementFile();
     });
-    this.namespaces.on('delete', () => void this.#refreshEnablementFile());
+    this.namespaces.on('delete', () => {
+      count('delete');
+      void this.#refreshEnablementFile();
+    });
   }
 
   #refreshEnablementFile(): Promise<void> {
@@ -279,6 +296,11 @@ export class KubernetesSource implements PodSource {
   async stop(): Promise<void> {
     this.controller.queue.stop();
     await Promise.all([this.pods.stop(), this.namespaces.stop()]);
+  }
+
+  overridesFor(uid: string): PodOverrides {
+    const pod = this.pods.list().find((p) => p.metadata?.uid === uid);
+    return podOverridesFromAnnotations(pod?.metadata?.annotations ?? {}).overrides;
   }
 
   /** After stop() and any cleanUp(): releases the host netns handle. */

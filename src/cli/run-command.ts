@@ -51,7 +51,12 @@ export async function runAgent(args: string[], out: (s: string) => void, stop: P
   const agent = new Agent(config, { log, makeSource: sourceFactory(config, process.env), ...(installer ? { installer } : {}) });
   await agent.start();
   await stop;
-  log.info('stopping: in-pod rules and the CNI config stay in place');
+  log.info('stopping: in-pod rules stay in place');
+  // The kubelet kills us after the grace period anyway; never hang past 10 s.
+  setTimeout(() => {
+    log.error('shutdown took longer than 10 s; exiting');
+    process.exit(1);
+  }, 10_000).unref();
   await agent.stop();
   return 0;
 }

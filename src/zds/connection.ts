@@ -28,6 +28,9 @@ export interface SnapshotEntry {
 
 export type ConnectionState = 'hello' | 'snapshot' | 'ready' | 'closed';
 
+/** Called after every request/ack exchange (for the ack latency histogram). */
+export type AckObserver = (request: string, seconds: number, ok: boolean) => void;
+
 interface Expectation {
   resolve(data: Buffer): void;
   reject(err: Error): void;
@@ -48,6 +51,9 @@ export class ZdsConnection {
   #closeReason: string | undefined;
   helloVersion: number | undefined;
   requestsSent = 0;
+  /** What this ztunnel said about each pod: acked, kept, or its error text (for /debug/pods). */
+  readonly podStates = new Map<string, string>();
+  onAck: AckObserver = () => {};
   onClose: (conn: ZdsConnection, reason: string) => void = () => {};
 
   constructor(
@@ -144,13 +150,26 @@ export class ZdsConnection {
       throw new ZdsError('ZDS_WRITE_TIMEOUT', `sending ${requestKind(req)} to ztunnel failed: ${(err as Error).message}`, true, { cause: err });
     }
     this.requestsSent++;
-    const reply = await ack;
+    const started = process.hrtime.bigint();
+    const reply = await ack.catch((err: unknown) => {
+      this.onAck(requestKind(req), Number(process.hrtime.bigint() - started) / 1e9, false);
+      throw err;
+    });
     try {
-      return decodeAck(reply);
+      const error = decodeAck(reply);
+      this.onAck(requestKind(req), Number(process.hrtime.bigint() - started) / 1e9, error === '');
+      this.#recordPodState(req, error);
+      return error;
     } catch (err) {
       this.close(`protocol error: ${(err as Error).message}`);
       throw new ZdsError('ZDS_PROTOCOL', `ztunnel answered ${requestKind(req)} with garbage: ${(err as Error).message}`, true, { cause: err });
     }
+  }
+
+  #recordPodState(req: WorkloadRequest, error: string): void {
+    if ('add' in req) this.podStates.set(req.add.uid, error ? `rejected: ${error}` : 'acked');
+    else if ('keep' in req) this.podStates.set(req.keep.uid, 'kept');
+    else if ('del' in req) this.podStates.delete(req.del.uid);
   }
 
   #next(timeoutMs: number, what: string): Promise<Buffer> {

@@ -4,7 +4,7 @@ import { SeqpacketListener, type SeqpacketSocket } from '../addon/seqpacket.js';
 import type { RawAddon } from '../addon/binding.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import type { WorkloadInfo } from './codec.js';
-import { ISTIO_TIMEOUTS, ZdsConnection, type FdSource, type SnapshotEntry, type ZdsTimeouts } from './connection.js';
+import { ISTIO_TIMEOUTS, ZdsConnection, type AckObserver, type FdSource, type SnapshotEntry, type ZdsTimeouts } from './connection.js';
 import { ZdsError } from './errors.js';
 
 export interface ZdsServerOptions {
@@ -16,6 +16,7 @@ export interface ZdsServerOptions {
   timeouts?: Partial<ZdsTimeouts>;
   log?: Logger;
   raw?: RawAddon;
+  onAck?: AckObserver;
 }
 
 export interface ConnectionSummary {
@@ -24,6 +25,8 @@ export interface ConnectionSummary {
   connectedAt: string;
   helloVersion: number | undefined;
   requestsSent: number;
+  /** uid -> acked | kept | rejected: <ztunnel's text> */
+  pods: Record<string, string>;
 }
 
 /** What the rest of the agent needs from ZDS (the registry talks to this). */
@@ -62,6 +65,7 @@ export class ZdsServer implements ZdsSink {
       connectedAt: c.connectedAt.toISOString(),
       helloVersion: c.helloVersion,
       requestsSent: c.requestsSent,
+      pods: Object.fromEntries(c.podStates),
     }));
   }
 
@@ -96,6 +100,7 @@ export class ZdsServer implements ZdsSink {
 
   #accept(socket: SeqpacketSocket): void {
     const conn = new ZdsConnection(socket, this.#timeouts, this.#log);
+    if (this.options.onAck) conn.onAck = this.options.onAck;
     this.#connections.push(conn);
     conn.onClose = (closed) => {
       this.#connections = this.#connections.filter((c) => c !== closed);

@@ -23,6 +23,8 @@ export interface FakeZtunnelOptions {
   /** Close the connection when the n-th request (0-based) arrives, without answering it. */
   dieOnRequest?: number;
   helloVersion?: number;
+  /** Answer each request this much later (a slow ztunnel binding listeners). */
+  ackDelayMs?: number;
 }
 
 export class FakeZtunnel {
@@ -99,7 +101,9 @@ export class FakeZtunnel {
     const ack = this.#apply(req, d.fds);
     this.messages.push({ kind: requestKind(req), ...uidOf(req), fds: d.fds.length, ...(inode !== undefined ? { inode } : {}), ack });
     if (!this.protocolError && !this.options.silent?.(req, index)) {
-      void this.#socket.send(encodeResponse({ ack: { error: ack } }), undefined, 1000).catch(() => {});
+      const reply = (): void => void this.#socket.send(encodeResponse({ ack: { error: ack } }), undefined, 1000).catch(() => {});
+      if (this.options.ackDelayMs) setTimeout(reply, this.options.ackDelayMs);
+      else reply();
     }
     if (this.protocolError) this.close();
     this.#notify();

@@ -42,7 +42,7 @@ describe('standalone agent', () => {
   beforeEach(async () => {
     dir = mkdtempSync(join(tmpdir(), 'agent-'));
     config = loadAgentConfig(
-      ['--run-dir', join(dir, 'run'), '--zds-socket', join(dir, 'ztunnel', 'z.sock'), '--netns-root', '/host', '--health-port', '0', '--ipv6', 'false', '--exclude-namespaces', 'kube-system'],
+      ['--run-dir', join(dir, 'run'), '--zds-socket', join(dir, 'ztunnel', 'z.sock'), '--netns-root', '/host', '--health-port', '0', '--metrics-port', '0', '--ipv6', 'false', '--exclude-namespaces', 'kube-system'],
       {},
     );
     addon = new FakeNetAddon({ realFds: true });
@@ -141,5 +141,57 @@ describe('standalone agent', () => {
     expect(pods['api']!.nftScripts).toHaveLength(2); // drifted: re-applied
     const state = JSON.parse(readFileSync(join(config.runDir, 'enrolled-pods.json'), 'utf8')) as { pods: { uid: string }[] };
     expect(state.pods.map((p) => p.uid)).toEqual(['uid-web', 'uid-api']); // db's sandbox is gone
+  });
+
+  it('exposes Istio-named metrics and latency histograms after real events', async () => {
+    await ztunnel();
+    pods['web']!.listing = listing;
+    await postUnix(sock(), '/cmdadd', addEvent('web'));
+    await postUnix(sock(), '/cmdadd', { PodName: 'bad' });
+    const text = (await getHttp(agent.metricsPort!, '/metrics')).body;
+    expect(text).toContain('istio_cni_plugin_requests_total{response_code="200"} 1');
+    expect(text).toContain('istio_cni_plugin_requests_total{response_code="400"} 1');
+    expect(text).toContain('ztunnel_connected 1');
+    expect(text).toMatch(/ambient_node_agent_pod_onboarding_seconds_count\{result="ok"\} 1/);
+    expect(text).toMatch(/ambient_node_agent_rule_operation_seconds_count\{backend="nftables",operation="apply",result="ok"\} 1/);
+    expect(text).toMatch(/ambient_node_agent_zds_ack_seconds_count\{request="add",result="ok"\} 1/);
+    expect(text).toMatch(/ambient_node_agent_zds_ack_seconds_count\{request="snapshotSent",result="ok"\} 1/);
+    expect(text).toContain('process_cpu_user_seconds_total');
+    expect(text).toContain('# TYPE istio_cni_install_ready gauge');
+  });
+
+  it('/debug/pods shows each pod, its netns, rule state and what each ztunnel said', async () => {
+    const z = await ztunnel();
+    await postUnix(sock(), '/cmdadd', addEvent('web'));
+    pods['web']!.listing = listing;
+    const body = JSON.parse((await getHttp(agent.healthPort!, '/debug/pods')).body) as { mode: string; pods: Array<Record<string, unknown>>; connections: unknown[] };
+    expect(body.mode).toBe('standalone');
+    expect(body.connections).toHaveLength(1);
+    expect(body.pods).toEqual([
+      { uid: 'uid-web', namespace: 'shop', name: 'web', serviceAccount: 'default', netnsInode: pods['web']!.ino, rules: 'verified', ztunnel: { [String(agent.zds.connections()[0]!.id)]: 'acked' } },
+    ]);
+    pods['web']!.listing = '';
+    const drifted = JSON.parse((await getHttp(agent.healthPort!, '/debug/pods')).body) as { pods: Array<{ rules: string }> };
+    expect(drifted.pods[0]!.rules).toMatch(/^drifted: missing table/);
+    await postUnix(sock(), '/cmddel', { Netns: '', PodName: 'web', PodNamespace: 'shop', PodUID: 'uid-web' });
+    expect(JSON.parse((await getHttp(agent.healthPort!, '/debug/pods')).body)).toMatchObject({ pods: [] });
+    z.close();
+  });
+
+  it('on stop, finishes an in-flight ADD before closing (graceful shutdown)', async () => {
+    const slow = await FakeZtunnel.connect(config.zdsSocket, { ackDelayMs: 800 });
+    clients.push(slow);
+    await slow.waitFor(() => slow.snapshotSent);
+    const pending = postUnix(sock(), '/cmdadd', addEvent('web'));
+    const until = Date.now() + 2000;
+    while (Date.now() < until && slow.messages.length < 2) await new Promise((r) => setTimeout(r, 10)); // the add reached ztunnel
+    const started = Date.now();
+    await agent.stop();
+    const stopMs = Date.now() - started;
+    expect(await pending).toEqual({ status: 200, body: '' });
+    expect(stopMs).toBeGreaterThan(300);
+    expect(stopMs).toBeLessThan(10_000);
+    agent = new Agent(config, { addon }); // afterEach stops it again
+    await agent.start();
   });
 });

@@ -113,7 +113,7 @@ describe('Kubernetes mode', () => {
     host = new FakeHost();
     netns.clear();
     config = loadAgentConfig(
-      ['--run-dir', join(dir, 'run'), '--zds-socket', join(dir, 'z.sock'), '--netns-root', '', '--health-port', '0', '--ipv6', 'false', '--exclude-namespaces', 'kube-system'],
+      ['--run-dir', join(dir, 'run'), '--zds-socket', join(dir, 'z.sock'), '--netns-root', '', '--health-port', '0', '--metrics-port', '0', '--ipv6', 'false', '--exclude-namespaces', 'kube-system'],
       {},
     );
     api.upsertNamespace({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop', labels: {} } } as FakeObject);
@@ -156,6 +156,10 @@ describe('Kubernetes mode', () => {
     expect(ztunnel!.messages.find((m) => m.uid === 'uid-web')?.info).toEqual({ name: 'web', namespace: 'shop', serviceAccount: 'sa-web' });
     expect(api.patches.length).toBeGreaterThan(0);
     expect(api.patches.every((p) => p.subresource === 'status' && p.contentType.startsWith('application/merge-patch+json'))).toBe(true);
+
+    const metrics = await (await fetch(`http://127.0.0.1:${agent!.metricsPort}/metrics`)).text();
+    expect(metrics).toMatch(/nodeagent_reconcile_events_total\{type="add"\} \d+/);
+    expect(metrics).toMatch(/nodeagent_reconcile_events_total\{type="update"\} \d+/);
 
     labelNamespace({});
     await until(() => running().length === 0, 'both pods removed');

@@ -1,0 +1,80 @@
+// Prometheus metrics with Istio's names (inventory §5.3) plus latency histograms of our own, on
+// --metrics-port /metrics.
+import { createServer, type Server } from 'node:http';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { closeServer, listen } from '../util/http-server.js';
+
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+export class AgentMetrics {
+  readonly registry = new Registry();
+  /** Istio: CNI plugin requests by HTTP response code. */
+  readonly pluginRequests = new Counter({ name: 'istio_cni_plugin_requests_total', help: 'CNI plugin requests to the agent, by response code', labelNames: ['response_code'], registers: [this.registry] });
+  /** Istio: informer events (namespace events included). */
+  readonly reconcileEvents = new Counter({ name: 'nodeagent_reconcile_events_total', help: 'Informer events handled, by type', labelNames: ['type'], registers: [this.registry] });
+  /** Istio: connected ztunnels. */
+  readonly ztunnelConnected = new Gauge({ name: 'ztunnel_connected', help: 'Number of connected ztunnels', registers: [this.registry] });
+  /** Istio: installer runs by result. */
+  readonly installs = new Counter({ name: 'istio_cni_installs_total', help: 'CNI plugin installs, by result', labelNames: ['result'], registers: [this.registry] });
+  /** Istio: 1 while the plugin is installed and chained. */
+  readonly installReady = new Gauge({ name: 'istio_cni_install_ready', help: 'Whether the CNI plugin is installed and chained (0/1)', registers: [this.registry] });
+  readonly podOnboarding = new Histogram({
+    name: 'ambient_node_agent_pod_onboarding_seconds',
+    help: 'CNI ADD handled by the agent: netns, in-pod rules, ztunnel ack',
+    labelNames: ['result'],
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly ruleOperations = new Histogram({
+    name: 'ambient_node_agent_rule_operation_seconds',
+    help: 'In-pod rule operations (apply, remove, verify) in a pod netns',
+    labelNames: ['backend', 'operation', 'result'],
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly zdsAck = new Histogram({
+    name: 'ambient_node_agent_zds_ack_seconds',
+    help: 'Time from sending a ZDS request to ztunnel until its ack',
+    labelNames: ['request', 'result'],
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
+  });
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry });
+  }
+}
+
+/** Serves /metrics (and nothing else) on the metrics port. */
+export class MetricsServer {
+  #server: Server | undefined;
+
+  constructor(
+    private readonly metrics: AgentMetrics,
+    private readonly port: number,
+    private readonly host = '0.0.0.0',
+  ) {}
+
+  get address(): { port: number } | undefined {
+    const a = this.#server?.address();
+    return a && typeof a === 'object' ? { port: a.port } : undefined;
+  }
+
+  async start(): Promise<void> {
+    const server = createServer((req, res) => {
+      if (req.url !== '/metrics') return void res.writeHead(404).end('not found\n');
+      this.metrics.registry.metrics().then(
+        (text) => res.writeHead(200, { 'Content-Type': this.metrics.registry.contentType }).end(text),
+        (err: Error) => res.writeHead(500).end(err.message),
+      );
+    });
+    await listen(server, this.port, this.host);
+    this.#server = server;
+  }
+
+  async close(): Promise<void> {
+    const server = this.#server;
+    this.#server = undefined;
+    await closeServer(server);
+  }
+}
