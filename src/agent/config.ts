@@ -38,6 +38,10 @@ export interface AgentConfig {
   disableSafeUpgrade: boolean;
   /** AMBIENT_RECONCILE_POD_RULES_ON_STARTUP (Istio's chart sets true). */
   reconcilePodRulesOnStartup: boolean;
+  chainedCniPlugin: boolean;
+  /** ISTIO_OWNED_CNI_CONFIG: write our own conflist that sorts first instead of editing the primary. */
+  istioOwnedCniConfig: boolean;
+  istioOwnedCniConfigFilename: string | undefined;
 }
 
 interface Option {
@@ -73,6 +77,10 @@ export const OPTIONS: readonly Option[] = [
   { flag: 'enablement-selector', env: 'AMBIENT_ENABLEMENT_SELECTOR', fallback: '', help: "YAML list of {podSelector, namespaceSelector} (default: Istio's)", kind: 'string' },
   { flag: 'system-namespace', env: 'SYSTEM_NAMESPACE', fallback: 'istio-system', help: "Istio's namespace (ztunnel pods are skipped)", kind: 'string' },
   { flag: 'disable-safe-upgrade', env: 'AMBIENT_DISABLE_SAFE_UPGRADE', fallback: 'false', help: 'always remove node artefacts on SIGTERM', kind: 'bool' },
+  { flag: 'ambient-enabled', env: 'AMBIENT_ENABLED', fallback: 'true', help: 'ambient mode (the only mode this agent implements)', kind: 'bool' },
+  { flag: 'chained-cni-plugin', env: 'CHAINED_CNI_PLUGIN', fallback: 'true', help: 'chain into the primary config (false: a standalone config file)', kind: 'bool' },
+  { flag: 'istio-owned-cni-config', env: 'ISTIO_OWNED_CNI_CONFIG', fallback: 'false', help: 'leave the primary config alone; write our own that sorts first', kind: 'bool' },
+  { flag: 'istio-owned-cni-config-filename', env: 'ISTIO_OWNED_CNI_CONFIG_FILENAME', fallback: '', help: 'its name (default 02-istio-cni.conflist)', kind: 'string' },
   { flag: 'reconcile-pod-rules-on-startup', env: 'AMBIENT_RECONCILE_POD_RULES_ON_STARTUP', fallback: 'true', help: 'verify and repair in-pod rules at start', kind: 'bool' },
 ];
 
@@ -153,7 +161,11 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
     systemNamespace: get('system-namespace'),
     disableSafeUpgrade: bool(raw, 'disable-safe-upgrade', problems),
     reconcilePodRulesOnStartup: bool(raw, 'reconcile-pod-rules-on-startup', problems),
+    chainedCniPlugin: bool(raw, 'chained-cni-plugin', problems),
+    istioOwnedCniConfig: bool(raw, 'istio-owned-cni-config', problems),
+    istioOwnedCniConfigFilename: get('istio-owned-cni-config-filename') || undefined,
   };
-  if (problems.length > 0) throw new UsageError(problems.join('; '));
+  if (!bool(raw, 'ambient-enabled', problems)) problems.push('--ambient-enabled: only ambient mode is implemented (sidecar-mode CNI is not); it must be true');
+  if (problems.length > 0) throw new UsageError(problems.join('\n'));
   return config;
 }

@@ -6,13 +6,15 @@ import type { NetAddon } from '../addon/net-addon.js';
 import { parseRulesArgs, runRulesCommand } from './rules-command.js';
 import { UsageError } from './usage-error.js';
 import { parseZdsArgs, runZdsServe, ZDS_USAGE } from './zds-command.js';
-import { runAgent, uninstall } from './run-command.js';
+import { RUN_USAGE, runAgent, uninstall } from './run-command.js';
 import { runDemo } from '../demo/demo-command.js';
+import { runPodsCommand } from './pods-command.js';
 
 const USAGE = `usage: ambient-node-agent <command> [options]
 
 commands:
   run      the node agent (DaemonSet entrypoint); run --help lists every flag and env var
+  pods     the pods the running agent tracks (netns, rule state, ztunnel state), from /debug/pods
   demo     the whole CNI path on this machine (root, no Kubernetes), narrated, then cleaned up
   uninstall  remove the CNI config entry and the plugin binary this agent installed
   rules    print, apply, delete or verify Istio's in-pod / host redirection rules
@@ -42,6 +44,8 @@ export async function main(argv: string[], io: MainIO = processIO, addon?: NetAd
         return await runAgent(rest, io.out, untilSignal());
       case 'demo':
         return await runDemo(io.out, untilSignal());
+      case 'pods':
+        return await runPodsCommand(rest, io.out);
       case 'uninstall':
         return await uninstall(rest, io.out);
       case 'zds': {
@@ -56,14 +60,14 @@ export async function main(argv: string[], io: MainIO = processIO, addon?: NetAd
       case '-h':
       case '--help':
       case 'help':
-        io.out(USAGE);
+        io.out(`${USAGE}\n${RUN_USAGE}`);
         return command === undefined ? 2 : 0;
       default:
-        throw new UsageError(`unknown command ${JSON.stringify(command)} (commands: run, demo, uninstall, rules, zds)`);
+        throw new UsageError(`unknown command ${JSON.stringify(command)} (commands: run, pods, demo, uninstall, rules, zds)`);
     }
   } catch (err) {
     if (err instanceof UsageError || err instanceof RangeError) {
-      io.err(`ambient-node-agent: ${err.message}\n`);
+      for (const line of err.message.split('\n')) io.err(`ambient-node-agent: ${line}\n`); // one line per problem
       return 2;
     }
     io.err(`ambient-node-agent: ${err instanceof Error ? err.message : String(err)}\n`);

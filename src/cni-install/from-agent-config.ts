@@ -21,6 +21,8 @@ export function installerFor(config: AgentConfig, log?: Logger): CniInstaller {
       nativeNftables: config.backend === 'nftables',
       enableAmbientDetectionRetry: false,
     },
+    chained: config.chainedCniPlugin,
+    ...(config.istioOwnedCniConfig ? { istioOwnedConfig: config.istioOwnedCniConfigFilename ?? true } : {}),
     ...(log ? { log } : {}),
   });
 }

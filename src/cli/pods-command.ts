@@ -1,0 +1,56 @@
+// `ambient-node-agent pods`: the agent's /debug/pods as a table, for troubleshooting on a node.
+import { parseArgs } from 'node:util';
+import { UsageError } from './usage-error.js';
+
+export const PODS_USAGE = `usage: ambient-node-agent pods [--health-port 8000] [--host 127.0.0.1] [--json]
+
+Prints every pod the running agent tracks: its netns inode, whether its in-pod rules are as
+expected right now (verified on request), and what each ztunnel connection said about it.
+`;
+
+interface DebugPods {
+  mode: string;
+  ready: boolean;
+  connections: Array<{ id: number; state: string; connectedAt: string }>;
+  pods: Array<{ uid: string; namespace: string; name: string; netnsInode: number | null; rules: string; ztunnel: Record<string, string> }>;
+}
+
+export function podsTable(body: DebugPods): string {
+  const header = ['NAMESPACE', 'NAME', 'UID', 'NETNS', 'RULES', 'ZTUNNEL'];
+  const rows = body.pods.map((p) => [
+    p.namespace,
+    p.name,
+    p.uid,
+    p.netnsInode === null ? '-' : String(p.netnsInode),
+    p.rules,
+    Object.entries(p.ztunnel).map(([conn, state]) => `#${conn}:${state}`).join(' ') || 'no ztunnel',
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]): string => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] ?? 0))).join('  ');
+  const conns = body.connections.map((c) => `#${c.id} ${c.state} since ${c.connectedAt}`).join(', ') || 'none';
+  return [`mode: ${body.mode}, ready: ${body.ready}, ztunnel connections: ${conns}`, line(header), ...rows.map(line)].join('\n') + '\n';
+}
+
+export async function runPodsCommand(args: string[], out: (s: string) => void): Promise<number> {
+  let values;
+  try {
+    ({ values } = parseArgs({ args, options: { 'health-port': { type: 'string', default: process.env['HEALTH_PORT'] ?? '8000' }, host: { type: 'string', default: '127.0.0.1' }, json: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } } }));
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  if (values.help) {
+    out(PODS_USAGE);
+    return 0;
+  }
+  const url = `http://${values.host}:${values['health-port']}/debug/pods`;
+  let res: Response;
+  try {
+    res = await fetch(url, { signal: AbortSignal.timeout(30_000) });
+  } catch (err) {
+    throw new Error(`cannot reach the agent at ${url}: ${(err as Error).message}`);
+  }
+  if (!res.ok) throw new Error(`${url} answered ${res.status}: ${(await res.text()).trim()}`);
+  const body = (await res.json()) as DebugPods;
+  out(values.json ? `${JSON.stringify(body, null, 2)}\n` : podsTable(body));
+  return 0;
+}

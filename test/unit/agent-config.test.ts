@@ -1,0 +1,86 @@
+import { describe, expect, it } from 'vitest';
+import { loadAgentConfig, OPTIONS, usage } from '../../src/agent/config.js';
+import { UsageError } from '../../src/cli/usage-error.js';
+import { podsTable } from '../../src/cli/pods-command.js';
+
+describe('agent configuration', () => {
+  it("has Istio's defaults", () => {
+    const c = loadAgentConfig([], {});
+    expect(c).toMatchObject({
+      cniBinDir: '/host/opt/cni/bin',
+      cniConfDir: '/host/etc/cni/net.d',
+      runDir: '/var/run/istio-cni',
+      zdsSocket: '/var/run/ztunnel/ztunnel.sock',
+      kubeMode: 'auto',
+      excludeNamespaces: [],
+      dnsCapture: true,
+      ipv6: true,
+      backend: 'nftables',
+      netnsRoot: '/host',
+      procDir: '/host/proc',
+      healthPort: 8000,
+      metricsPort: 15014,
+      hostProbeSnatIpv4: '169.254.7.127',
+      hostProbeSnatIpv6: 'fd16:9254:7127:1337:ffff:ffff:ffff:ffff',
+      systemNamespace: 'istio-system',
+      reconcilePodRulesOnStartup: true,
+      chainedCniPlugin: true,
+      istioOwnedCniConfig: false,
+    });
+  });
+
+  it('reads the environment variables Istio sets, and flags beat them', () => {
+    const env = { EXCLUDE_NAMESPACES: 'kube-system, istio-system ,', AMBIENT_DNS_CAPTURE: 'false', NATIVE_NFTABLES: 'false', MONITORING_PORT: '9090', CNI_AGENT_RUN_DIR: '/run/x', ZTUNNEL_UDS_ADDRESS: '/z.sock' };
+    const c = loadAgentConfig([], env);
+    expect(c).toMatchObject({ excludeNamespaces: ['kube-system', 'istio-system'], dnsCapture: false, backend: 'iptables', metricsPort: 9090, runDir: '/run/x', zdsSocket: '/z.sock' });
+    const flagged = loadAgentConfig(['--dns-capture', 'true', '--backend', 'nftables', '--metrics-port', '15020'], env);
+    expect(flagged).toMatchObject({ dnsCapture: true, backend: 'nftables', metricsPort: 15020 });
+  });
+
+  it('reports every bad value, one line each', () => {
+    let err: unknown;
+    try {
+      loadAgentConfig(['--kube-mode', 'k8s', '--health-port', '70000', '--snat-ipv4', '1.2.3', '--log-level', 'loud'], { AMBIENT_IPV6: 'yes', AMBIENT_ENABLED: 'false' });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(UsageError);
+    expect((err as Error).message.split('\n')).toEqual([
+      '--kube-mode: expected auto or none, got "k8s"',
+      '--snat-ipv4: not an IPv4 address: "1.2.3"',
+      '--log-level: unknown level "loud"',
+      '--ipv6: expected true or false, got "yes"',
+      '--health-port: expected a port number, got "70000"',
+      '--ambient-enabled: only ambient mode is implemented (sidecar-mode CNI is not); it must be true',
+    ]);
+  });
+
+  it('rejects unknown flags', () => {
+    expect(() => loadAgentConfig(['--nope'], {})).toThrow(UsageError);
+  });
+
+  it('lists every flag with its env var and default in --help', () => {
+    const text = usage();
+    for (const o of OPTIONS) {
+      expect(text).toContain(`--${o.flag}`);
+      if (o.env) expect(text).toContain(o.env);
+    }
+  });
+});
+
+describe('pods table', () => {
+  it('prints one line per pod with its netns, rules and ztunnel state', () => {
+    const text = podsTable({
+      mode: 'kubernetes',
+      ready: true,
+      connections: [{ id: 3, state: 'ready', connectedAt: '2026-01-01T00:00:00.000Z' }],
+      pods: [{ uid: 'u1', namespace: 'shop', name: 'web', netnsInode: 4026532001, rules: 'verified', ztunnel: { '3': 'acked' } }],
+    });
+    expect(text.split('\n')).toEqual([
+      'mode: kubernetes, ready: true, ztunnel connections: #3 ready since 2026-01-01T00:00:00.000Z',
+      'NAMESPACE  NAME  UID  NETNS       RULES     ZTUNNEL',
+      'shop       web   u1   4026532001  verified  #3:acked',
+      '',
+    ]);
+  });
+});
