@@ -1,6 +1,7 @@
 // istio-cni: the chained CNI plugin for ambient mode. It runs on the host for every pod
 // sandbox, so it is a small static binary with no runtime dependencies, and it only forwards
-// pod events to the node agent over <cni_agent_run_dir>/pluginevent.sock.
+// pod events to the node agent over <cni_agent_run_dir>/pluginevent.sock (and its log lines to
+// <cni_agent_run_dir>/log.sock when that exists).
 // This file only dispatches CNI_COMMAND and turns failures into spec error objects.
 #include <signal.h>
 #include <unistd.h>
@@ -19,6 +20,8 @@
 
 namespace istio_cni {
 namespace {
+
+constexpr const char* kLogSocket = "log.sock";  // protocol.ts PLUGIN_LOG_SOCKET
 
 void WriteAll(int fd, const std::string& text) {
   const char* p = text.data();
@@ -84,6 +87,7 @@ int Run(std::string* version_for_errors) {
     }
     throw;
   }
+  SetLogSink(inv.config.agent_run_dir + "/" + kLogSocket);
   if (!SetLogLevel(inv.config.plugin_log_level)) LogWarn("unknown plugin_log_level \"" + inv.config.plugin_log_level + "\", using info");
 
   // STATUS always reports ready. The plugin can serve ADD whatever the agent's state: an
@@ -114,8 +118,9 @@ int main() {
   // Belt and braces next to MSG_NOSIGNAL: a closed stdout/stderr must not kill us mid-write.
   signal(SIGPIPE, SIG_IGN);
   std::string version = kLatestCniVersion;  // until the config says which version it speaks
+  int status = 1;
   try {
-    return Run(&version);
+    status = Run(&version);
   } catch (const CniError& e) {
     PrintError(version, e.code(), e.what(), e.details());
   } catch (const std::exception& e) {
@@ -123,5 +128,8 @@ int main() {
   } catch (...) {
     PrintError(version, kInternal, "istio-cni: internal error", "");
   }
-  return 1;
+  // Last, after the result or error is on stdout, so every exit path passes here. The runtime
+  // reads the result when we exit, so a slow log socket could only delay it by the sink's 1 s.
+  FlushLogSink();
+  return status;
 }

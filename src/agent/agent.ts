@@ -4,7 +4,7 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { NativeNetAddon, type NetAddon } from '../addon/net-addon.js';
-import { PLUGIN_EVENT_SOCKET } from '../cni/protocol.js';
+import { PLUGIN_EVENT_SOCKET, PLUGIN_LOG_SOCKET } from '../cni/protocol.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { AgentMetrics, MetricsServer } from '../ops/metrics.js';
 import { describeDrift } from '../rules/drift.js';
@@ -18,6 +18,7 @@ import { ZdsServer } from '../zds/server.js';
 import type { AgentConfig } from './config.js';
 import { HealthServer } from './health-server.js';
 import { PluginEventServer } from './plugin-event-server.js';
+import { PluginLogServer } from './plugin-log-server.js';
 import { StandaloneSource, type PodSource, type SourceDeps } from './pod-sources.js';
 
 /** What the agent needs from the CNI installer. */
@@ -46,6 +47,7 @@ export class Agent {
   readonly metrics: AgentMetrics;
   readonly #log: Logger;
   readonly #plugin: PluginEventServer;
+  readonly #pluginLog: PluginLogServer;
   readonly #health: HealthServer;
   readonly #metricsServer: MetricsServer;
   readonly #installer: Installer | undefined;
@@ -91,6 +93,7 @@ export class Agent {
     };
     this.#health = new HealthServer(config.healthPort, () => this.notReadyReasons(), '0.0.0.0', () => this.debugPods());
     this.#metricsServer = new MetricsServer(metrics, config.metricsPort);
+    this.#pluginLog = new PluginLogServer(join(config.runDir, PLUGIN_LOG_SOCKET), this.#log);
     this.#installer = deps.installer;
   }
 
@@ -139,6 +142,7 @@ export class Agent {
     mkdirSync(this.config.runDir, { recursive: true, mode: 0o750 });
     await this.#health.start();
     await this.#metricsServer.start();
+    await this.#pluginLog.start();
     if (this.#backendRules instanceof NftablesInpodRules) await this.#backendRules.warmUp();
     await this.source.prepare();
     this.zds.start();
@@ -179,6 +183,7 @@ export class Agent {
     this.registry.close();
     await this.#health.close();
     await this.#metricsServer.close();
+    await this.#pluginLog.close();
   }
 
   async #cleanUpNode(): Promise<void> {
