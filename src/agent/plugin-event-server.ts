@@ -1,11 +1,9 @@
 // The plugin-event server: HTTP/1.1 over <run dir>/pluginevent.sock, where the istio-cni plugin
 // posts CNI ADD/DEL/CHECK. Only root may connect (socket 0600 in a 0750 directory). Replies:
 // 200 done, 400 unusable body, 500 with the reason (the plugin fails the sandbox with it).
-import { chmodSync, lstatSync, mkdirSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { dirname } from 'node:path';
 import { silentLogger, type Logger } from '../ops/log.js';
-import { closeServer, listen } from '../util/http-server.js';
+import { closeServer, listenPrivateSocket } from '../util/http-server.js';
 import { ROUTE_ADD, ROUTE_CHECK, ROUTE_DEL, type PluginAddEvent, type PluginDelEvent } from '../cni/protocol.js';
 
 const MAX_BODY_BYTES = 64 * 1024;
@@ -102,12 +100,8 @@ export class PluginEventServer {
   }
 
   async start(): Promise<void> {
-    mkdirSync(dirname(this.socketPath), { recursive: true, mode: 0o750 });
-    chmodSync(dirname(this.socketPath), 0o750);
-    removeStaleSocket(this.socketPath);
     const server = createServer((req, res) => void this.#handle(req, res));
-    await listen(server, this.socketPath);
-    chmodSync(this.socketPath, 0o600);
+    await listenPrivateSocket(server, this.socketPath);
     this.#server = server;
     this.#log.info({ socket: this.socketPath }, 'plugin-event server listening');
   }
@@ -176,14 +170,5 @@ export class PluginEventServer {
       default:
         throw Object.assign(new BadRequest(`no route ${route}`), { status: 404 });
     }
-  }
-}
-
-function removeStaleSocket(path: string): void {
-  try {
-    if (!lstatSync(path).isSocket()) throw new Error(`${path} exists and is not a socket`);
-    rmSync(path);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
 }

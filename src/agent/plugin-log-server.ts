@@ -7,11 +7,9 @@
 // Only root may connect (socket 0600 in a 0750 directory). Replies: 200 (lines that are not
 // JSON objects are skipped and counted, as Istio does), 400 when the body is not a JSON array,
 // 404 for another path, 405 for another method, 413 past 1 MiB.
-import { chmodSync, lstatSync, mkdirSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { dirname } from 'node:path';
 import type { Logger } from '../ops/log.js';
-import { closeServer, listen } from '../util/http-server.js';
+import { closeServer, listenPrivateSocket } from '../util/http-server.js';
 
 /** Istio's constants.UDSLogPath. */
 export const ROUTE_LOG = '/log';
@@ -129,12 +127,8 @@ export class PluginLogServer {
   }
 
   async start(): Promise<void> {
-    mkdirSync(dirname(this.socketPath), { recursive: true, mode: 0o750 });
-    chmodSync(dirname(this.socketPath), 0o750);
-    removeStaleSocket(this.socketPath);
     const server = createServer((req, res) => void this.#handle(req, res));
-    await listen(server, this.socketPath);
-    chmodSync(this.socketPath, 0o600);
+    await listenPrivateSocket(server, this.socketPath);
     this.#server = server;
     this.#log.info({ socket: this.socketPath }, 'plugin log server listening');
   }
@@ -211,14 +205,5 @@ export class PluginLogServer {
     // Istio's agent trims the message too (zap lines may carry a trailing newline in it).
     const msg = typeof raw === 'string' ? raw.trim() : raw === undefined || raw === null ? '' : JSON.stringify(raw);
     this.#pluginLog[level](fields, msg);
-  }
-}
-
-function removeStaleSocket(path: string): void {
-  try {
-    if (!lstatSync(path).isSocket()) throw new Error(`${path} exists and is not a socket`);
-    rmSync(path);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
 }

@@ -1,8 +1,7 @@
 // Prometheus metrics with Istio's names (inventory §5.3) plus latency histograms of our own, on
 // --metrics-port /metrics.
-import { createServer, type Server } from 'node:http';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { closeServer, listen } from '../util/http-server.js';
+import { PortServer } from '../util/http-server.js';
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
@@ -46,35 +45,14 @@ export class AgentMetrics {
 }
 
 /** Serves /metrics (and nothing else) on the metrics port. */
-export class MetricsServer {
-  #server: Server | undefined;
-
-  constructor(
-    private readonly metrics: AgentMetrics,
-    private readonly port: number,
-    private readonly host = '0.0.0.0',
-  ) {}
-
-  get address(): { port: number } | undefined {
-    const a = this.#server?.address();
-    return a && typeof a === 'object' ? { port: a.port } : undefined;
-  }
-
-  async start(): Promise<void> {
-    const server = createServer((req, res) => {
+export class MetricsServer extends PortServer {
+  constructor(metrics: AgentMetrics, port: number, host = '0.0.0.0') {
+    super((req, res) => {
       if (req.url !== '/metrics') return void res.writeHead(404).end('not found\n');
-      this.metrics.registry.metrics().then(
-        (text) => res.writeHead(200, { 'Content-Type': this.metrics.registry.contentType }).end(text),
+      metrics.registry.metrics().then(
+        (text) => res.writeHead(200, { 'Content-Type': metrics.registry.contentType }).end(text),
         (err: Error) => res.writeHead(500).end(err.message),
       );
-    });
-    await listen(server, this.port, this.host);
-    this.#server = server;
-  }
-
-  async close(): Promise<void> {
-    const server = this.#server;
-    this.#server = undefined;
-    await closeServer(server);
+    }, port, host);
   }
 }
