@@ -49,8 +49,11 @@ export async function runAgent(args: string[], out: (s: string) => void, stop: P
   const makeInstaller = options.makeInstaller ?? ((c, l) => installerFor(c, l));
   const installer = makeInstaller(config, log);
   const agent = new Agent(config, { log, makeSource: sourceFactory(config, process.env), ...(installer ? { installer } : {}) });
-  await agent.start();
-  await stop;
+  // A SIGTERM may come while start() still waits (for a CNI config to appear, say): stop then.
+  const started = agent.start();
+  const first = await Promise.race([started.then(() => 'started' as const), stop.then(() => 'stop' as const)]);
+  if (first === 'started') await stop;
+  else started.catch((err: unknown) => log.info({ err: (err as Error).message }, 'start interrupted by the stop signal'));
   log.info('stopping: in-pod rules stay in place');
   // The kubelet kills us after the grace period anyway; never hang past 10 s.
   setTimeout(() => {
