@@ -43,8 +43,11 @@ export class Agent {
   readonly registry: PodRegistry;
   readonly zds: ZdsServer;
   readonly source: PodSource;
+  /** The rule manager as the pod sources use it (timed for the metrics). */
   readonly rules: InpodRuleManager;
   readonly metrics: AgentMetrics;
+  /** The same, untimed: /debug/pods verifications are not pod operations. */
+  readonly #backendRules: InpodRuleManager;
   readonly #log: Logger;
   readonly #plugin: PluginEventServer;
   readonly #pluginLog: PluginLogServer;
@@ -96,8 +99,6 @@ export class Agent {
     this.#pluginLog = new PluginLogServer(join(config.runDir, PLUGIN_LOG_SOCKET), this.#log);
     this.#installer = deps.installer;
   }
-
-  readonly #backendRules: InpodRuleManager;
 
   /**
    * /debug/pods: every pod handed to ztunnel, its netns, whether its rules are as expected right
