@@ -76,7 +76,7 @@ export class PodStateStore {
   #save(): Promise<void> {
     const file: StateFile = { version: 1, pods: [...this.#pods.values()] };
     const text = `${JSON.stringify(file, null, 2)}\n`;
-    this.#saving = this.#saving.catch(() => undefined).then(() => atomicWriteFile(this.path, text, { mode: 0o600 }));
+    this.#saving = this.#saving.catch(() => undefined).then(() => atomicWriteFile(this.path, text, { mode: 0o600, durable: false }));
     return this.#saving;
   }
 }

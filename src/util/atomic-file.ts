@@ -12,6 +12,12 @@ const TEMP_INFIX = '.tmp.';
 
 export interface AtomicWriteOptions {
   mode: number;
+  /**
+   * fsync the file and its directory (default true). Files that only need to survive a crash of
+   * the agent, not of the machine (after a reboot every pod sandbox is re-created anyway), skip
+   * it: the rename alone is atomic, and fsync costs milliseconds per pod.
+   */
+  durable?: boolean;
   /** Keep this owner (best effort: only root may give a file away). */
   uid?: number;
   gid?: number;
@@ -41,12 +47,12 @@ async function finish(tmp: string, path: string, opts: AtomicWriteOptions): Prom
     if (opts.uid !== undefined && opts.gid !== undefined) {
       await h.chown(opts.uid, opts.gid).catch(() => undefined);
     }
-    await h.sync();
+    if (opts.durable !== false) await h.sync();
   } finally {
     await h.close();
   }
   await rename(tmp, path);
-  await syncDir(dirname(path));
+  if (opts.durable !== false) await syncDir(dirname(path));
 }
 
 export async function atomicWriteFile(path: string, data: string | Uint8Array, opts: AtomicWriteOptions): Promise<void> {
