@@ -72,3 +72,23 @@ export function stdoutJson(run: PluginRun): Record<string, unknown> {
   if (text.includes('\n')) throw new Error(`expected one JSON line on stdout, got:\n${run.stdout}`);
   return JSON.parse(text) as Record<string, unknown>;
 }
+
+/** Istio's installer output (cniconfig.go) as a standalone conf, for driving the plugin. */
+export function netconf(runDir: string, overrides: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    cniVersion: '1.0.0',
+    name: 'istio-cni',
+    type: 'istio-cni',
+    ambient_enabled: true,
+    cni_agent_run_dir: runDir,
+    dns: {},
+    enable_ambient_detection_retry: false,
+    enablement_selectors: [{ podSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } } }],
+    exclude_namespaces: ['kube-system'],
+    ipam: {},
+    native_nftables: true,
+    plugin_log_level: 'info',
+    pod_namespace: 'istio-system',
+    ...overrides,
+  };
+}

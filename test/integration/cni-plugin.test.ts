@@ -14,31 +14,12 @@ import {
   type PluginDelEvent,
 } from '../../src/cni/protocol.js';
 import { FakePluginAgent, neverReply, RawPluginAgent, reply, replyChunked } from '../helpers/plugin-agent.js';
-import { cniArgs, type PodArgs, PLUGIN_BINARY, requirePluginBinary, runPlugin, stdoutJson } from '../helpers/plugin-exec.js';
+import { cniArgs, netconf, type PodArgs, PLUGIN_BINARY, requirePluginBinary, runPlugin, stdoutJson } from '../helpers/plugin-exec.js';
 
 const POD: Required<PodArgs> = { name: 'web-7d9c', namespace: 'shop', uid: '0b6c9f3e-1111-4a5b-9c1d-2e3f4a5b6c7d', infraContainerId: 'infra-abc' };
 const CONTAINER_ID = 'c0ffee0123456789';
 const NETNS = '/var/run/netns/cni-1234-5678';
 
-// Istio's installer output (cniconfig.go), as a standalone conf.
-function netconf(runDir: string, overrides: Record<string, unknown> = {}): Record<string, unknown> {
-  return {
-    cniVersion: '1.0.0',
-    name: 'istio-cni',
-    type: 'istio-cni',
-    ambient_enabled: true,
-    cni_agent_run_dir: runDir,
-    dns: {},
-    enable_ambient_detection_retry: false,
-    enablement_selectors: [{ podSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } } }],
-    exclude_namespaces: ['kube-system'],
-    ipam: {},
-    native_nftables: true,
-    plugin_log_level: 'info',
-    pod_namespace: 'istio-system',
-    ...overrides,
-  };
-}
 
 // What a primary CNI (e.g. ptp/bridge) hands on, in each result version.
 const PREV_RESULT_100 = {

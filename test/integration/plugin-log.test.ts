@@ -12,7 +12,7 @@ import { PluginLogServer } from '../../src/agent/plugin-log-server.js';
 import { PLUGIN_LOG_SOCKET } from '../../src/cni/protocol.js';
 import type { Logger } from '../../src/ops/log.js';
 import { FakePluginAgent, reply } from '../helpers/plugin-agent.js';
-import { cniArgs, requirePluginBinary, runPlugin, stdoutJson, type PluginRun } from '../helpers/plugin-exec.js';
+import { cniArgs, netconf as istioNetconf, requirePluginBinary, runPlugin, stdoutJson, type PluginRun } from '../helpers/plugin-exec.js';
 
 type LogRecord = Record<string, unknown>;
 
@@ -265,23 +265,9 @@ function cniEnv(command = 'ADD'): Record<string, string> {
   };
 }
 
+/** The plugin does not evaluate selectors; these tests run with none. */
 function netconf(runDir: string, overrides: Record<string, unknown> = {}): Record<string, unknown> {
-  return {
-    cniVersion: '1.0.0',
-    name: 'istio-cni',
-    type: 'istio-cni',
-    ambient_enabled: true,
-    cni_agent_run_dir: runDir,
-    dns: {},
-    enable_ambient_detection_retry: false,
-    enablement_selectors: [],
-    exclude_namespaces: ['kube-system'],
-    ipam: {},
-    native_nftables: true,
-    plugin_log_level: 'info',
-    pod_namespace: 'istio-system',
-    ...overrides,
-  };
+  return istioNetconf(runDir, { enablement_selectors: [], ...overrides });
 }
 
 /** Records what arrives on log.sock, raw, and answers 200 (or never, for the timeout case). */
