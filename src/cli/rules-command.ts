@@ -11,6 +11,7 @@ import { renderHostIptables, renderInpodIptables } from '../rules/iptables.js';
 import { IptablesInpodRules } from '../rules/iptables-manager.js';
 import type { Backend, InpodRuleManager } from '../rules/manager.js';
 import { buildHostModel, buildInpodModel } from '../rules/model.js';
+import { renderHostNftables, renderInpodNftables } from '../rules/nftables.js';
 import { NftablesInpodRules } from '../rules/nftables-manager.js';
 import { defaultRuleSettings, interfaceNameProblem, parseGoBool, type PodOverrides, type RuleSettings } from '../rules/settings.js';
 import { UsageError } from './usage-error.js';
@@ -139,24 +140,19 @@ function resolveKubeletUid(cmd: RulesCommand): number {
   return uid;
 }
 
+/** The rule text alone: pure rendering, no kernel access. */
 export function renderRules(cmd: RulesCommand): string {
   if (cmd.host) {
-    if (cmd.backend === 'nftables') return new NftablesHostRules(stubAddon, cmd.settings).script(resolveKubeletUid(cmd));
-    const host = renderHostIptables(buildHostModel(cmd.settings));
+    const hostModel = buildHostModel(cmd.settings);
+    if (cmd.backend === 'nftables') return renderHostNftables(hostModel, resolveKubeletUid(cmd));
+    const host = renderHostIptables(hostModel);
     return [host.v4, host.v6].filter(Boolean).join('');
   }
   const model = buildInpodModel(cmd.settings, cmd.overrides);
-  if (cmd.backend === 'nftables') return new NftablesInpodRules(stubAddon, cmd.settings).script(cmd.overrides);
+  if (cmd.backend === 'nftables') return renderInpodNftables(model);
   const inpod = renderInpodIptables(model);
   return [inpod.v4, inpod.v6].filter(Boolean).join('');
 }
-
-/** Rendering needs no kernel access; a manager built only to render never calls the addon. */
-const stubAddon: NetAddon = new Proxy({} as NetAddon, {
-  get() {
-    throw new Error('rendering must not touch the kernel');
-  },
-});
 
 function openTarget(addon: NetAddon, path: string): NetnsHandle {
   try {
