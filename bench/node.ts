@@ -46,6 +46,17 @@ function readPods(): number {
   return pods;
 }
 
+/** BENCH_PHASES=onboarding,burst,restart,baseline runs only those (profiling); results are then not written. */
+function readPhases(): Set<string> | undefined {
+  const raw = process.env['BENCH_PHASES'];
+  return raw ? new Set(raw.split(',').map((p) => p.trim())) : undefined;
+}
+
+/** BENCH_AGENT_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the agent process. */
+function readAgentNodeArgs(): string[] {
+  return (process.env['BENCH_AGENT_NODE_ARGS'] ?? '').split(/\s+/).filter((a) => a !== '');
+}
+
 const f = (x: number | undefined, d = 3): string => (x === undefined || !Number.isFinite(x) ? 'n/a' : x.toFixed(d));
 
 interface Results {
@@ -332,7 +343,9 @@ async function main(): Promise<void> {
   const problem = demoPrerequisites();
   if (problem) throw new Error(problem);
   const r: Results = { pods: readPods(), total: [], agent: [], zds: [], baseline: { iptExec: [], nftExec: [], inProcess: [] }, notes: [] };
-  const env = new DemoEnvironment({ subnet: 177 });
+  const only = readPhases();
+  const wanted = (name: string): boolean => only === undefined || only.has(name);
+  const env = new DemoEnvironment({ subnet: 177, agentNodeArgs: readAgentNodeArgs() });
   const pool = new NetnsPool();
   let pods: BenchPods | undefined;
   let cleaning: Promise<void> | undefined;
@@ -381,7 +394,8 @@ async function main(): Promise<void> {
     r.metricsPort = metricsPort;
     process.stderr.write(`agent pid ${pid ?? '?'}, metrics port ${metricsPort ?? '?'}, health port ${env.healthPort}\n`);
 
-    const phase = async (name: string, work: () => Promise<void>): Promise<boolean> => {
+    const phase = async (name: string, work: () => Promise<void>, group = name): Promise<boolean> => {
+      if (!wanted(group)) return false;
       try {
         await work();
         return true;
@@ -402,8 +416,9 @@ async function main(): Promise<void> {
         const k = Number(/^bench\/p(\d+)$/.exec(rec.pod ?? '')?.[1] ?? NaN);
         if (k <= r.pods && typeof rec.zdsMs === 'number') r.zds.push(rec.zdsMs);
       }
-    });
+    }, 'onboarding');
     if (await phase('burst', () => burst(r, env, bp, metricsPort))) {
+      if (!wanted('restart')) r.notes.push('restart skipped (BENCH_PHASES)');
       if (pid !== undefined) r.with110 = footprint(pid);
       await phase('restart', () => restart(r, env));
       const newPid = findAgentPid(env.runDir);
@@ -411,13 +426,14 @@ async function main(): Promise<void> {
     }
     await bp.removeAll();
     await phase('baseline', () => baseline(r, env, pool, Math.min(r.pods, 200)));
+    if (only) r.notes.push(`partial run: BENCH_PHASES=${[...only].join(',')}; bench/results not updated`);
     if (r.pods < DEFAULT_PODS) r.notes.push(`smoke run: BENCH_PODS=${r.pods} (the issue asks for ${DEFAULT_PODS})`);
     r.notes.push(`leftover bench namespaces before tearDown: ${pool.leftovers().length}`);
   } finally {
     await cleanup();
   }
   const { markdown, last } = report(r);
-  writeOutputs(r, markdown);
+  if (!only) writeOutputs(r, markdown);
   console.log(markdown);
   console.log('');
   console.log(last.join('\n'));

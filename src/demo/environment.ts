@@ -54,6 +54,8 @@ export interface DemoOptions {
   /** Third octet of the 10.248.X.0/24 pod subnet (so parallel runs do not collide). */
   subnet?: number;
   log?: (line: string) => void;
+  /** Extra Node.js flags for the agent process (the node benchmark profiles with --cpu-prof). */
+  agentNodeArgs?: string[];
 }
 
 function ip(args: string[]): string {
@@ -97,6 +99,7 @@ export class DemoEnvironment {
   readonly #subnet: string;
   readonly #podNames: string[];
   readonly #log: (line: string) => void;
+  readonly #agentNodeArgs: string[];
   readonly #namespaces: string[] = [];
   #node: NetnsHandle | undefined;
   #agent: ChildProcess | undefined;
@@ -108,6 +111,7 @@ export class DemoEnvironment {
     this.#podNames = options.podNames ?? ['web', 'api', 'db'];
     this.#subnet = `10.248.${options.subnet ?? 77}`;
     this.#log = options.log ?? (() => {});
+    this.#agentNodeArgs = options.agentNodeArgs ?? [];
   }
 
   get healthPort(): number {
@@ -152,7 +156,7 @@ export class DemoEnvironment {
     this.#healthPort = await freePort();
     const main = join(projectRoot(), 'dist', 'src', 'cli', 'main.js');
     const args = [
-      main, 'run', '--kube-mode', 'none', '--run-dir', this.runDir, '--cni-bin-dir', this.binDir, '--cni-conf-dir', this.confDir,
+      ...this.#agentNodeArgs, main, 'run', '--kube-mode', 'none', '--run-dir', this.runDir, '--cni-bin-dir', this.binDir, '--cni-conf-dir', this.confDir,
       '--zds-socket', this.zdsSocket, '--netns-root', '', '--proc-dir', '/proc', '--health-port', String(this.#healthPort),
       '--metrics-port', '0', '--exclude-namespaces', 'kube-system', '--log-level', 'info',
     ];

@@ -10,6 +10,7 @@ import { hasErrorCode } from '../addon/errors.js';
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
 import type { PluginAddEvent } from '../cni/protocol.js';
 import { silentLogger, type Logger } from '../ops/log.js';
+import { onboardPod, RuleApplyError, type OnboardTimings } from '../pods/onboard.js';
 import { describeDrift } from '../rules/drift.js';
 import type { InpodRuleManager } from '../rules/manager.js';
 import { podOverridesFromAnnotations, type PodOverrides } from '../rules/settings.js';
@@ -156,28 +157,25 @@ export class MeshController {
   // ---- enrol / remove (Istio's AddPodToMesh / RemovePodFromMesh) -------------------------------
 
   /**
-   * Rules, then ztunnel, then the host probe set and the `enabled` annotation. A ztunnel failure
-   * leaves the rules in place and marks the pod `pending` (retried); a rule failure is final.
+   * Rules and ztunnel (concurrently, see onboard.ts), then the host probe set and the `enabled`
+   * annotation. A ztunnel failure leaves the rules in place and marks the pod `pending` (retried);
+   * a rule failure is final.
    */
   async addPodToMesh(pod: V1Pod, ips: string[], netnsPath: string): Promise<void> {
     const uid = podUid(pod);
     const log = this.#log.child({ pod: podKey(pod), uid });
     const netns = await this.#netnsFor(pod, ips, netnsPath);
-    try {
-      await this.deps.rules.apply(netns, this.#overrides(pod));
-    } catch (err) {
-      if (this.deps.registry.netnsOf(uid) !== netns) netns.close();
-      throw new NonRetryableError(`applying in-pod rules for ${podKey(pod)}: ${(err as Error).message}`, { cause: err });
-    }
     const identity = {
       uid,
       name: pod.metadata?.name ?? '',
       namespace: pod.metadata?.namespace ?? '',
       serviceAccount: pod.spec?.serviceAccountName || 'default',
     };
+    let timings: OnboardTimings;
     try {
-      await this.deps.registry.add(identity, netns);
+      timings = await onboardPod(this.deps, identity, netns, this.#overrides(pod));
     } catch (err) {
+      if (err instanceof RuleApplyError) throw new NonRetryableError(`${podKey(pod)}: ${err.message}`, { cause: err });
       if (!isRetryable(err)) throw err;
       log.warn({ err: (err as Error).message }, 'ztunnel did not accept the pod; marking it pending');
       await this.#annotate(pod, 'pending');
@@ -185,7 +183,7 @@ export class MeshController {
     }
     await this.deps.host.podEnrolled(uid, ips);
     await this.#annotate(pod, 'enabled');
-    log.info({ ips }, 'pod enrolled');
+    log.info({ ips, ...timings }, 'pod enrolled');
   }
 
   /** Probe set (UID-checked), in-pod rules unless the pod is being deleted, ztunnel, annotation. */

@@ -9,7 +9,8 @@ import { describeDrift, type DriftReport } from '../rules/drift.js';
 import type { InpodRuleManager } from '../rules/manager.js';
 import { NO_OVERRIDES } from '../rules/settings.js';
 import { KeyedQueue } from '../util/keyed-queue.js';
-import type { PodRegistry } from '../zds/registry.js';
+import type { PodIdentity, PodRegistry } from '../zds/registry.js';
+import { onboardPod, RuleApplyError } from './onboard.js';
 import type { EnrolledPod, PodStateStore } from './state-store.js';
 
 /** What the CNI path knows about a pod. */
@@ -62,16 +63,21 @@ export class PodEnroller {
       const log = this.#log.child({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid });
       if (this.isExcluded(pod.namespace)) return log.info('namespace excluded; not enrolling');
       const netns = this.#open(pod.netnsPath);
+      const wasStored = this.deps.store.get(pod.uid) !== undefined;
       try {
-        await this.deps.rules.apply(netns, NO_OVERRIDES);
+        // Persisted first: a crash after ztunnel got the pod must still find it on restart.
+        this.deps.store.put(this.#record(pod, netns));
       } catch (err) {
         netns.close();
+        throw new Error(`cannot record the pod in ${this.deps.store.dir}: ${(err as Error).message}`, { cause: err });
+      }
+      try {
+        const timings = await onboardPod(this.deps, this.#identity(pod), netns, NO_OVERRIDES);
+        log.info({ ...timings, netnsIno: netns.ino }, 'pod enrolled');
+      } catch (err) {
+        if (err instanceof RuleApplyError && !wasStored) this.deps.store.remove(pod.uid);
         throw err;
       }
-      await this.deps.store.put(this.#record(pod, netns));
-      const started = process.hrtime.bigint();
-      await this.deps.registry.add({ uid: pod.uid, name: pod.name, namespace: pod.namespace, serviceAccount: this.#serviceAccount(pod) }, netns);
-      log.info({ zdsMs: Number(process.hrtime.bigint() - started) / 1e6, netnsIno: netns.ino }, 'pod enrolled');
     });
   }
 
@@ -88,7 +94,7 @@ export class PodEnroller {
         );
       }
       await this.deps.registry.delete(uid);
-      await this.deps.store.remove(uid);
+      this.deps.store.remove(uid);
       this.#log.info({ uid }, 'pod removed');
     });
   }
@@ -113,7 +119,11 @@ export class PodEnroller {
    */
   async restore(): Promise<RestoreSummary> {
     const summary: RestoreSummary = { restored: 0, repaired: 0, dropped: 0 };
-    for (const pod of this.deps.store.load()) {
+    const { pods, problems } = this.deps.store.load();
+    for (const problem of problems) {
+      this.#log.error({ file: problem.file, reason: problem.reason }, 'unusable pod state file set aside; that pod is not restored');
+    }
+    for (const pod of pods) {
       const outcome = await this.#restoreOne(pod);
       summary[outcome]++;
     }
@@ -128,13 +138,13 @@ export class PodEnroller {
       netns = this.#open(pod.netnsPath);
     } catch (err) {
       log.info({ err: (err as Error).message }, 'netns gone; dropping pod');
-      await this.deps.store.remove(pod.uid);
+      this.deps.store.remove(pod.uid);
       return 'dropped';
     }
     if (netns.ino !== pod.netnsIno || netns.dev !== pod.netnsDev) {
       netns.close();
       log.info({ netnsPath: pod.netnsPath }, 'netns path now holds another namespace; dropping pod');
-      await this.deps.store.remove(pod.uid);
+      this.deps.store.remove(pod.uid);
       return 'dropped';
     }
     const drift = await this.deps.rules.verify(netns, NO_OVERRIDES).catch((err: unknown) => ({ error: err as Error }));
@@ -159,6 +169,10 @@ export class PodEnroller {
       if (hasErrorCode(err, 'ENOENT')) throw new Error(`pod netns ${path} does not exist (the sandbox is gone?)`, { cause: err });
       throw err;
     }
+  }
+
+  #identity(pod: CniPod): PodIdentity {
+    return { uid: pod.uid, name: pod.name, namespace: pod.namespace, serviceAccount: this.#serviceAccount(pod) };
   }
 
   #serviceAccount(pod: CniPod): string {

@@ -4,7 +4,7 @@
 // The temp name never ends in .conf/.conflist, so the runtime ignores it.
 
 import { randomBytes } from 'node:crypto';
-import { constants as fsConstants } from 'node:fs';
+import { closeSync, constants as fsConstants, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { chmod, copyFile, open, rename, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
 
@@ -79,6 +79,32 @@ export async function atomicCopyFile(src: string, path: string, opts: AtomicWrit
     await finish(tmp, path, opts);
   } catch (e) {
     await unlink(tmp).catch(() => undefined);
+    throw e;
+  }
+}
+
+/**
+ * Synchronous variant for small files on the hot path (the per-pod state): four syscalls on the
+ * JS thread cost less than the thread-pool round trips of the async version. Never durable.
+ */
+export function atomicWriteFileSync(path: string, data: string, mode: number): void {
+  const tmp = tempPath(path);
+  try {
+    const fd = openSync(tmp, 'wx', mode);
+    try {
+      const bytes = Buffer.from(data, 'utf8');
+      // A short write (the disk filled up mid-way) must not be renamed over the good copy.
+      for (let done = 0; done < bytes.length; ) done += writeSync(fd, bytes, done);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, path);
+  } catch (e) {
+    try {
+      unlinkSync(tmp);
+    } catch {
+      // never created, or already renamed
+    }
     throw e;
   }
 }

@@ -27,6 +27,14 @@ export class PodRegistry {
    * snapshots) until the agent finds it.
    */
   async add(pod: PodIdentity, netns?: NetnsHandle): Promise<void> {
+    if (this.register(pod, netns)) await this.announce(pod.uid);
+  }
+
+  /**
+   * The synchronous half of add: takes ownership of `netns` and returns the handle the pod now
+   * has (an already registered handle to the same namespace wins; the offered one is closed).
+   */
+  register(pod: PodIdentity, netns?: NetnsHandle): NetnsHandle | undefined {
     if (!pod.uid) {
       netns?.close();
       throw new TypeError('pod uid is required');
@@ -35,7 +43,14 @@ export class PodRegistry {
     const current = this.#pods.get(pod.uid);
     const keep = this.#chooseNetns(current?.netns, netns);
     this.#pods.set(pod.uid, { info, netns: keep });
-    if (keep) await this.zds.podAdded(pod.uid, info, keep);
+    return keep;
+  }
+
+  /** The asynchronous half: sends the registered pod to ztunnel and waits for the ack. */
+  async announce(uid: string): Promise<void> {
+    const pod = this.#pods.get(uid);
+    if (!pod?.netns) throw new Error(`pod ${uid} has no registered netns to send`);
+    await this.zds.podAdded(uid, pod.info, pod.netns);
   }
 
   /**

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent } from '../../src/agent/agent.js';
 import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
+import { PodStateStore } from '../../src/pods/state-store.js';
 import { FakeNetAddon, type FakeNamespace } from '../fakes/fake-net-addon.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { getHttp, postUnix } from '../helpers/unix-http.js';
@@ -136,11 +137,12 @@ describe('standalone agent', () => {
     agent = new Agent(config, { addon });
     await agent.start();
     const z = await ztunnel();
-    expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:uid-web', 'add:uid-api', 'snapshotSent:']);
+    expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:uid-api', 'add:uid-web', 'snapshotSent:']); // restored in state-file order
     expect(pods['web']!.nftScripts).toHaveLength(1); // in sync: not re-applied
     expect(pods['api']!.nftScripts).toHaveLength(2); // drifted: re-applied
-    const state = JSON.parse(readFileSync(join(config.runDir, 'enrolled-pods.json'), 'utf8')) as { pods: { uid: string }[] };
-    expect(state.pods.map((p) => p.uid)).toEqual(['uid-web', 'uid-api']); // db's sandbox is gone
+    const stored = new PodStateStore(config.runDir).load();
+    expect(stored.pods.map((p) => p.uid)).toEqual(['uid-api', 'uid-web']); // db's sandbox is gone
+    expect(stored.problems).toEqual([]);
   });
 
   it('exposes Istio-named metrics and latency histograms after real events', async () => {

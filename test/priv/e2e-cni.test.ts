@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CniPluginError } from '../../src/demo/cni-runtime.js';
 import { demoPrerequisites, DemoEnvironment } from '../../src/demo/environment.js';
 import { requirePrivilegedInCi } from '../helpers/netns.js';
+import { PodStateStore } from '../../src/pods/state-store.js';
 
 requirePrivilegedInCi();
 const skip = demoPrerequisites();
@@ -91,7 +92,6 @@ describe.skipIf(skip)(`CNI path end to end${skip ? ` — skipped: ${skip}` : ''}
     const pod = env.pods.at(-1)!;
     await env.deletePod(pod);
     await env.standIn!.waitFor(() => !env.standIn!.pods().has(pod.uid), 5_000, 'del reached ztunnel');
-    const state = JSON.parse(readFileSync(`${env.runDir}/enrolled-pods.json`, 'utf8')) as { pods: Array<{ uid: string }> };
-    expect(state.pods.map((p) => p.uid)).not.toContain(pod.uid);
+    expect(new PodStateStore(env.runDir).load().pods.map((p) => p.uid)).not.toContain(pod.uid);
   });
 });

@@ -1,0 +1,49 @@
+// The two halves of putting a pod into the mesh, run at the same time: the in-pod rules (an
+// addon thread in the pod's netns) and the ZDS add (ztunnel enters the netns and binds its
+// listeners before it acks). Istio runs them one after the other; neither depends on the other,
+// and nothing in the pod runs until the CNI ADD returns, so the order is not observable: ztunnel
+// sees the same messages, and the pod's first packet meets both. The ADD waits for both.
+import type { NetnsHandle } from '../addon/net-addon.js';
+import type { InpodRuleManager } from '../rules/manager.js';
+import type { PodOverrides } from '../rules/settings.js';
+import type { PodIdentity, PodRegistry } from '../zds/registry.js';
+
+/** The rules could not be installed (not retryable by the agent: the sandbox is broken). */
+export class RuleApplyError extends Error {}
+
+export interface OnboardTimings {
+  rulesMs: number;
+  zdsMs: number;
+}
+
+export interface OnboardDeps {
+  rules: InpodRuleManager;
+  registry: PodRegistry;
+}
+
+const msSince = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e6;
+
+/**
+ * Registers the pod (the registry takes `netns`), then applies the rules and announces the pod
+ * to ztunnel concurrently. A rule failure is thrown as RuleApplyError, after taking a pod that
+ * was not registered before back out of ztunnel (it must not serve a pod whose traffic is not
+ * redirected). A ztunnel failure is thrown as is, with the pod left registered: it goes out with
+ * the next snapshot, and a retried ADD completes it.
+ */
+export async function onboardPod(deps: OnboardDeps, pod: PodIdentity, netns: NetnsHandle, overrides: PodOverrides): Promise<OnboardTimings> {
+  const wasRegistered = deps.registry.has(pod.uid);
+  const handle = deps.registry.register(pod, netns);
+  if (!handle) throw new Error(`pod ${pod.uid}: no netns to enrol`);
+  const start = process.hrtime.bigint();
+  const [rules, zds] = await Promise.allSettled([
+    deps.rules.apply(handle, overrides).then(() => msSince(start)),
+    deps.registry.announce(pod.uid).then(() => msSince(start)),
+  ]);
+  if (rules.status === 'rejected') {
+    if (!wasRegistered) await deps.registry.delete(pod.uid).catch(() => undefined);
+    const reason = rules.reason as Error;
+    throw new RuleApplyError(`applying in-pod rules: ${reason.message}`, { cause: reason });
+  }
+  if (zds.status === 'rejected') throw zds.reason;
+  return { rulesMs: rules.value, zdsMs: zds.value };
+}
