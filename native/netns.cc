@@ -11,7 +11,8 @@
 namespace ana {
 
 int OpenNetns(const std::string& path, NetnsId* id, SysError* err) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a hostile path naming a FIFO must not block the JS thread in open().
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     *err = SysError::FromErrno(errno, "open", path);
     return -1;

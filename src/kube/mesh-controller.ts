@@ -4,12 +4,12 @@
 // un-labelling, deletion or termination. The pod annotation `ambient.istio.io/redirection` is the
 // state machine that survives restarts: `pending` (rules in place, ztunnel has not accepted),
 // `enabled` (fully enrolled), absent (not enrolled).
-import { join } from 'node:path';
 import type { V1Namespace, V1Pod } from '@kubernetes/client-node';
 import { hasErrorCode } from '../addon/errors.js';
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
 import type { PluginAddEvent } from '../cni/protocol.js';
 import { silentLogger, type Logger } from '../ops/log.js';
+import { PodNetnsOpener } from '../pods/netns-path.js';
 import { onboardPod, RuleApplyError, type OnboardTimings } from '../pods/onboard.js';
 import { describeDrift } from '../rules/drift.js';
 import type { InpodRuleManager } from '../rules/manager.js';
@@ -104,9 +104,11 @@ export function podIps(pod: V1Pod): string[] {
 export class MeshController {
   readonly queue: RetryQueue;
   readonly #log: Logger;
+  readonly #opener: PodNetnsOpener;
 
   constructor(private readonly deps: MeshControllerDeps) {
     this.#log = (deps.log ?? silentLogger).child({ component: 'mesh-controller' });
+    this.#opener = new PodNetnsOpener(deps.addon, deps.netnsRoot);
     this.queue = new RetryQueue({ log: this.#log });
   }
 
@@ -204,11 +206,10 @@ export class MeshController {
   async #netnsFor(pod: V1Pod, ips: string[], netnsPath: string): Promise<NetnsHandle> {
     const uid = podUid(pod);
     if (netnsPath) {
-      const path = this.deps.netnsRoot ? join(this.deps.netnsRoot, netnsPath) : netnsPath;
       try {
-        return this.deps.addon.openNetns(path);
+        return this.#opener.open(netnsPath);
       } catch (err) {
-        throw new NonRetryableError(`opening netns ${path}: ${(err as Error).message}`, { cause: err });
+        throw new NonRetryableError(`opening netns: ${(err as Error).message}`, { cause: err });
       }
     }
     const cached = this.deps.registry.netnsOf(uid);

@@ -1,8 +1,6 @@
 // Puts pods into the mesh and takes them out: open the pod's netns, install the in-pod
 // redirection, remember the pod, hand it to ztunnel. Used by the CNI path (and, after a restart,
 // to pick the enrolled pods up again). One operation per pod at a time.
-import { join } from 'node:path';
-import { hasErrorCode } from '../addon/errors.js';
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { describeDrift, type DriftReport } from '../rules/drift.js';
@@ -10,6 +8,7 @@ import type { InpodRuleManager } from '../rules/manager.js';
 import { NO_OVERRIDES } from '../rules/settings.js';
 import { KeyedQueue } from '../util/keyed-queue.js';
 import type { PodIdentity, PodRegistry } from '../zds/registry.js';
+import { PodNetnsOpener } from './netns-path.js';
 import { onboardPod, RuleApplyError } from './onboard.js';
 import type { EnrolledPod, PodStateStore } from './state-store.js';
 
@@ -45,9 +44,11 @@ export interface RestoreSummary {
 export class PodEnroller {
   readonly #queue = new KeyedQueue();
   readonly #log: Logger;
+  readonly #opener: PodNetnsOpener;
 
   constructor(private readonly deps: EnrollerDeps) {
     this.#log = (deps.log ?? silentLogger).child({ component: 'enroller' });
+    this.#opener = new PodNetnsOpener(deps.addon, deps.netnsRoot);
   }
 
   isExcluded(namespace: string): boolean {
@@ -162,13 +163,7 @@ export class PodEnroller {
   }
 
   #open(netnsPath: string): NetnsHandle {
-    const path = this.deps.netnsRoot ? join(this.deps.netnsRoot, netnsPath) : netnsPath;
-    try {
-      return this.deps.addon.openNetns(path);
-    } catch (err) {
-      if (hasErrorCode(err, 'ENOENT')) throw new Error(`pod netns ${path} does not exist (the sandbox is gone?)`, { cause: err });
-      throw err;
-    }
+    return this.#opener.open(netnsPath);
   }
 
   #identity(pod: CniPod): PodIdentity {

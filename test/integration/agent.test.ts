@@ -97,6 +97,16 @@ describe('standalone agent', () => {
     expect(gone).toEqual({ status: 500, body: 'pod netns /host/var/run/netns/missing does not exist (the sandbox is gone?)' });
   });
 
+  it('refuses a netns path outside the runtime locations (500, nothing applied, nothing recorded)', async () => {
+    for (const Netns of ['/etc/passwd', '/var/run/netns/../../../proc/1/ns/net', 'relative/netns']) {
+      const res = await postUnix(sock(), '/cmdadd', { ...addEvent('web'), Netns });
+      expect(res.status).toBe(500);
+      expect(res.body).toContain('refusing netns path');
+    }
+    expect(pods['web']!.nftScripts).toHaveLength(0);
+    expect(new PodStateStore(config.runDir).load().pods).toEqual([]);
+  });
+
   it('skips excluded namespaces', async () => {
     await ztunnel();
     expect((await postUnix(sock(), '/cmdadd', addEvent('sys', 'uid-sys', 'kube-system'))).status).toBe(200);
