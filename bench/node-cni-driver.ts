@@ -3,16 +3,18 @@
 // there and needs the addon's small netns thread pool to bind each pod's listeners before it
 // acks, while each in-flight plugin exec holds one of those threads until that ack arrives (a
 // deadlock until the 5 s ZDS timeout). Here the plugin execs get their own process and pool.
-// Input (stdin, JSON): { nodeNetns, pluginDirs, conflist, pods: CniPod[] }.
+// Input (stdin, JSON): { nodeNetns, pluginDirs, conflist, pods: CniPod[], earlierResults? }
+// (earlierResults[i]: pod i's prevResult, for a conflist that holds only the istio-cni entry).
 // Output (stdout, JSON): { wallMs, results: Array<{ ms: number } | { error: string }> }.
 import { NativeNetAddon } from '../src/addon/net-addon.js';
-import { CniRuntime, type CniPod } from '../src/demo/cni-runtime.js';
+import { CniRuntime, type CniPod, type CniResult } from '../src/demo/cni-runtime.js';
 
 export interface DriverInput {
   nodeNetns: string;
   pluginDirs: string[];
   conflist: object;
   pods: CniPod[];
+  earlierResults?: CniResult[];
 }
 
 export type DriverResult = { ms: number } | { error: string };
@@ -36,10 +38,10 @@ async function main(): Promise<void> {
     const runtime = new CniRuntime({ addon, nodeNetns: node, pluginDirs: input.pluginDirs, conflist: input.conflist });
     const start = process.hrtime.bigint();
     const results = await Promise.all(
-      input.pods.map(async (pod): Promise<DriverResult> => {
+      input.pods.map(async (pod, i): Promise<DriverResult> => {
         const t = process.hrtime.bigint();
         try {
-          await runtime.add(pod);
+          await runtime.add(pod, input.earlierResults?.[i]);
           return { ms: Number(process.hrtime.bigint() - t) / 1e6 };
         } catch (err) {
           return { error: (err as Error).message.split('\n')[0] ?? 'error' };

@@ -8,7 +8,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import type { NetnsHandle } from '../src/addon/net-addon.js';
-import { CniRuntime, type CniPod } from '../src/demo/cni-runtime.js';
+import { CniRuntime, type CniPod, type CniResult } from '../src/demo/cni-runtime.js';
 import { CNI_PLUGIN_DIR, type DemoEnvironment } from '../src/demo/environment.js';
 import type { DriverInput, DriverOutput } from './node-cni-driver.js';
 import { execTool, ip } from './support.js';
@@ -18,6 +18,15 @@ export interface BenchPod {
   netnsName: string;
   cni: CniPod;
   added: boolean;
+}
+
+/** What bridge + host-local return for a pod (istio-cni reads the IPs from it). */
+function fakeBridgeResult(i: number): CniResult {
+  return {
+    cniVersion: '1.0.0',
+    interfaces: [{ name: 'eth0', sandbox: 'netns' }],
+    ips: [{ address: `10.251.${Math.floor(i / 250)}.${(i % 250) + 2}/16`, interface: 0, gateway: '10.251.0.1' }],
+  };
 }
 
 /**
@@ -46,8 +55,14 @@ export class BenchPods {
    * Concurrent ADDs from a separate runtime process (bench/node-cni-driver.ts): see there why
    * not from this process. Every pod counts as added afterwards (DEL is idempotent).
    */
-  async addConcurrently(pods: BenchPod[]): Promise<DriverOutput> {
+  async addConcurrently(pods: BenchPod[], only: 'chain' | 'istio-cni' = 'chain'): Promise<DriverOutput> {
     const input: DriverInput = { nodeNetns: this.#nodePath, pluginDirs: this.#pluginDirs, conflist: this.#conflist, pods: pods.map((p) => p.cni) };
+    if (only === 'istio-cni') {
+      // Our entry of the chain alone, with the result bridge + host-local would have passed on.
+      const list = this.#conflist as { plugins: Array<{ type: string }> };
+      input.conflist = { ...list, plugins: list.plugins.filter((p) => p.type === 'istio-cni') };
+      input.earlierResults = pods.map((_, i) => fakeBridgeResult(i));
+    }
     const script = join(dirname(fileURLToPath(import.meta.url)), 'node-cni-driver.js');
     const child = spawn(process.execPath, [script], { stdio: ['pipe', 'pipe', 'pipe'] });
     for (const pod of pods) pod.added = true;

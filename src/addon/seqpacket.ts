@@ -123,6 +123,11 @@ export interface ListenOptions {
   mode?: number;
   dirMode?: number;
   backlog?: number;
+  /**
+   * Bind and listen, but accept nothing until resume(): peers can connect (the kernel queues
+   * them in the backlog) while the owner gets ready to serve them.
+   */
+  paused?: boolean;
 }
 
 export class SeqpacketListener {
@@ -133,21 +138,28 @@ export class SeqpacketListener {
     readonly path: string,
     readonly fd: number,
     private readonly raw: RawAddon,
-    onConnection: (socket: SeqpacketSocket) => void,
+    /** Gets each accepted connection; may be replaced before resume() (a paused listener handed over). */
+    public onConnection: (socket: SeqpacketSocket) => void,
+    paused: boolean,
   ) {
     this.#poller = new raw.FdPoller(fd, (status) => {
       if (this.#closed || status < 0) return;
       for (let next = raw.seqpacketAccept(fd); next !== null; next = raw.seqpacketAccept(fd)) {
-        onConnection(new SeqpacketSocket(next, raw));
+        this.onConnection(new SeqpacketSocket(next, raw));
       }
     });
-    this.#poller.start(raw.pollEvents.readable);
+    if (!paused) this.resume();
+  }
+
+  /** Starts accepting (a no-op when already accepting). */
+  resume(): void {
+    if (!this.#closed) this.#poller.start(this.raw.pollEvents.readable);
   }
 
   /** Removes a stale socket file, creates missing directories, binds with `mode`, listens. */
   static listen(path: string, onConnection: (socket: SeqpacketSocket) => void, options: ListenOptions = {}, raw = loadRawAddon()): SeqpacketListener {
     const fd = raw.seqpacketListen(path, { mode: options.mode ?? 0o600, dirMode: options.dirMode ?? 0o755, backlog: options.backlog ?? 16 });
-    return new SeqpacketListener(path, fd, raw, onConnection);
+    return new SeqpacketListener(path, fd, raw, onConnection, options.paused ?? false);
   }
 
   close(): void {

@@ -4,6 +4,7 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { NativeNetAddon, type NetAddon } from '../addon/net-addon.js';
+import type { SeqpacketListener } from '../addon/seqpacket.js';
 import { PLUGIN_EVENT_SOCKET, PLUGIN_LOG_SOCKET } from '../cni/protocol.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { AgentMetrics, MetricsServer } from '../ops/metrics.js';
@@ -19,7 +20,8 @@ import type { AgentConfig } from './config.js';
 import { HealthServer } from './health-server.js';
 import { PluginEventServer } from './plugin-event-server.js';
 import { PluginLogServer } from './plugin-log-server.js';
-import { StandaloneSource, type PodSource, type SourceDeps } from './pod-sources.js';
+import type { PodSource, SourceDeps } from './pod-source.js';
+import { StandaloneSource } from './standalone-source.js';
 
 /** What the agent needs from the CNI installer. */
 export interface Installer {
@@ -36,6 +38,8 @@ export interface AgentDeps {
   /** Where pods come from; default standalone. Built from the agent's own parts. */
   makeSource?: (deps: SourceDeps) => PodSource;
   metrics?: AgentMetrics;
+  /** The ZDS socket, bound by `run` before this module loaded (see bindZdsSocket). */
+  zdsListener?: SeqpacketListener;
 }
 
 export class Agent {
@@ -80,6 +84,7 @@ export class Agent {
       snapshot: () => this.registry.snapshot(),
       log: this.#log,
       onAck: (request, seconds, ok) => metrics.zdsAck.observe({ request, result: ok ? 'ok' : 'error' }, seconds),
+      ...(deps.zdsListener ? { listener: deps.zdsListener } : {}),
     });
     this.zds.onConnectionCount = (n) => metrics.ztunnelConnected.set(n);
     this.registry = new PodRegistry(this.zds);
@@ -141,6 +146,7 @@ export class Agent {
 
   async start(): Promise<void> {
     mkdirSync(this.config.runDir, { recursive: true, mode: 0o750 });
+    this.zds.bind(); // first: a waiting ztunnel connects now and is served right after the restore
     await this.#health.start();
     await this.#metricsServer.start();
     await this.#pluginLog.start();
@@ -202,4 +208,4 @@ export class Agent {
   }
 }
 
-export { cniPodOf } from './pod-sources.js';
+export { cniPodOf } from './pod-source.js';

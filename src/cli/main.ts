@@ -3,12 +3,7 @@
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { NetAddon } from '../addon/net-addon.js';
-import { parseRulesArgs, runRulesCommand } from './rules-command.js';
 import { UsageError } from './usage-error.js';
-import { parseZdsArgs, runZdsServe, ZDS_USAGE } from './zds-command.js';
-import { RUN_USAGE, runAgent, uninstall } from './run-command.js';
-import { runDemo } from '../demo/demo-command.js';
-import { runPodsCommand } from './pods-command.js';
 
 const USAGE = `usage: ambient-node-agent <command> [options]
 
@@ -37,18 +32,23 @@ const processIO: MainIO = {
 export async function main(argv: string[], io: MainIO = processIO, addon?: NetAddon): Promise<number> {
   const [command, ...rest] = argv;
   try {
+    // Each command's modules load on demand: `run` starts without the demo, the rules CLI
+    // without the agent, and a standalone agent without the Kubernetes client.
     switch (command) {
-      case 'rules':
+      case 'rules': {
+        const { parseRulesArgs, runRulesCommand } = await import('./rules-command.js');
         return await runRulesCommand(parseRulesArgs(rest), io, addon);
+      }
       case 'run':
-        return await runAgent(rest, io.out, untilSignal());
+        return await (await import('./run-command.js')).runAgent(rest, io.out, untilSignal());
       case 'demo':
-        return await runDemo(io.out, untilSignal());
+        return await (await import('../demo/demo-command.js')).runDemo(io.out, untilSignal());
       case 'pods':
-        return await runPodsCommand(rest, io.out);
+        return await (await import('./pods-command.js')).runPodsCommand(rest, io.out);
       case 'uninstall':
-        return await uninstall(rest, io.out);
+        return await (await import('./run-command.js')).uninstall(rest, io.out);
       case 'zds': {
+        const { parseZdsArgs, runZdsServe, ZDS_USAGE } = await import('./zds-command.js');
         const cmd = parseZdsArgs(rest);
         if (cmd === 'help') {
           io.out(ZDS_USAGE);
@@ -60,7 +60,7 @@ export async function main(argv: string[], io: MainIO = processIO, addon?: NetAd
       case '-h':
       case '--help':
       case 'help':
-        io.out(`${USAGE}\n${RUN_USAGE}`);
+        io.out(`${USAGE}\n${(await import('../agent/config.js')).usage()}`);
         return command === undefined ? 2 : 0;
       default:
         throw new UsageError(`unknown command ${JSON.stringify(command)} (commands: run, pods, demo, uninstall, rules, zds)`);

@@ -1,13 +1,14 @@
-// `ambient-node-agent run`: the DaemonSet entrypoint.
+// `ambient-node-agent run`: the DaemonSet entrypoint. Only light modules load before the ZDS
+// socket is bound (see startAgent): after a restart, ztunnel's next connect attempt should find
+// it, and each attempt that misses doubles ztunnel's back-off.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { Agent, type Installer } from '../agent/agent.js';
-import { installerFor } from '../cni-install/from-agent-config.js';
-import { KubernetesSource, StandaloneSource, type PodSource, type SourceDeps } from '../agent/pod-sources.js';
-import { loadKubeConfig } from '../kube/client.js';
+import type { Installer } from '../agent/agent.js';
+import type { PodSource, SourceDeps } from '../agent/pod-source.js';
 import { loadAgentConfig, usage, type AgentConfig } from '../agent/config.js';
-import { createLogger, type Logger } from '../ops/log.js';
+import type { Logger } from '../ops/log.js';
 import { projectRoot } from '../project-root.js';
+import { bindZdsSocket } from '../zds/bind.js';
 
 export const RUN_USAGE = usage();
 
@@ -15,9 +16,14 @@ export const RUN_USAGE = usage();
  * `--kube-mode auto` picks Kubernetes when a kubeconfig or the in-cluster service account is
  * there; `none` (or neither) runs standalone.
  */
-function sourceFactory(config: AgentConfig, env: NodeJS.ProcessEnv): (deps: SourceDeps) => PodSource {
-  const kc = config.kubeMode === 'none' ? undefined : loadKubeConfig({ ...(config.kubeconfig ? { kubeconfig: config.kubeconfig } : {}), env });
-  if (!kc) return (deps) => new StandaloneSource(deps);
+async function sourceFactory(config: AgentConfig, env: NodeJS.ProcessEnv): Promise<(deps: SourceDeps) => PodSource> {
+  const { StandaloneSource } = await import('../agent/standalone-source.js');
+  const standalone = (deps: SourceDeps): PodSource => new StandaloneSource(deps);
+  if (config.kubeMode === 'none') return standalone; // without loading the Kubernetes client at all
+  const { loadKubeConfig } = await import('../kube/client.js');
+  const kc = loadKubeConfig({ ...(config.kubeconfig ? { kubeconfig: config.kubeconfig } : {}), env });
+  if (!kc) return standalone;
+  const { KubernetesSource } = await import('../agent/kube-source.js');
   return (deps) =>
     new KubernetesSource(deps, {
       kc,
@@ -45,10 +51,16 @@ export async function runAgent(args: string[], out: (s: string) => void, stop: P
     return 0;
   }
   const config = configFrom(args);
+  const zdsListener = bindZdsSocket(config.zdsSocket);
+  const [{ Agent }, { installerFor }, { createLogger }] = await Promise.all([
+    import('../agent/agent.js'),
+    import('../cni-install/from-agent-config.js'),
+    import('../ops/log.js'),
+  ]);
   const log = createLogger({ level: config.logLevel });
   const makeInstaller = options.makeInstaller ?? ((c, l) => installerFor(c, l));
   const installer = makeInstaller(config, log);
-  const agent = new Agent(config, { log, makeSource: sourceFactory(config, process.env), ...(installer ? { installer } : {}) });
+  const agent = new Agent(config, { log, zdsListener, makeSource: await sourceFactory(config, process.env), ...(installer ? { installer } : {}) });
   // A SIGTERM may come while start() still waits (for a CNI config to appear, say): stop then.
   const started = agent.start();
   const first = await Promise.race([started.then(() => 'started' as const), stop.then(() => 'stop' as const)]);
@@ -71,6 +83,7 @@ export async function uninstall(args: string[], out: (s: string) => void): Promi
     return 0;
   }
   const config = configFrom(args);
+  const { installerFor } = await import('../cni-install/from-agent-config.js');
   const result = await installerFor({ ...config, pluginSource: config.pluginSource || '-' }).uninstall();
   out(`rewrote ${result.rewritten.join(', ') || 'nothing'}; removed ${result.removed.join(', ') || 'nothing'}\n`);
   return 0;

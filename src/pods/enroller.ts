@@ -7,6 +7,7 @@ import { describeDrift, type DriftReport } from '../rules/drift.js';
 import type { InpodRuleManager } from '../rules/manager.js';
 import { NO_OVERRIDES } from '../rules/settings.js';
 import { KeyedQueue } from '../util/keyed-queue.js';
+import { mapLimit } from '../util/map-limit.js';
 import type { PodIdentity, PodRegistry } from '../zds/registry.js';
 import { PodNetnsOpener } from './netns-path.js';
 import { onboardPod, RuleApplyError } from './onboard.js';
@@ -33,7 +34,25 @@ export interface EnrollerDeps {
   /** Standalone mode has no service accounts to read; Kubernetes mode passes the real one. */
   serviceAccountOf?: (pod: CniPod) => string;
   log?: Logger;
+  /** How long an ADD may take before it is answered with what is still pending (ADD_ANSWER_MS). */
+  addAnswerMs?: number;
 }
+
+/**
+ * An ADD is answered within this, naming what is still pending. The plugin gives up on the agent
+ * after 5 s (Istio's HTTP timeout) and then reports an unreachable agent ("try again later"),
+ * which hides the real cause; ztunnel's ack timeout is 5 s too, and the adds of a burst wait for
+ * each other on the one ZDS connection. The work itself carries on: a retried ADD of the pod
+ * queues behind it, and a pod ztunnel has not acked stays registered for its next snapshot.
+ */
+export const ADD_ANSWER_MS = 4_000;
+
+interface AddProgress {
+  stage: 'queued' | 'enrolling';
+  rulesApplied: boolean;
+}
+
+const RESTORE_CONCURRENCY = 8;
 
 export interface RestoreSummary {
   restored: number;
@@ -45,6 +64,8 @@ export class PodEnroller {
   readonly #queue = new KeyedQueue();
   readonly #log: Logger;
   readonly #opener: PodNetnsOpener;
+  /** Pods reopen() registered whose rules verifyReopened() has not checked yet. */
+  readonly #reopened: string[] = [];
 
   constructor(private readonly deps: EnrollerDeps) {
     this.#log = (deps.log ?? silentLogger).child({ component: 'enroller' });
@@ -60,7 +81,9 @@ export class PodEnroller {
    * rules (one copy) and re-sends the same netns (ztunnel treats it as a no-op).
    */
   add(pod: CniPod): Promise<void> {
-    return this.#queue.run(pod.uid, async () => {
+    const progress: AddProgress = { stage: 'queued', rulesApplied: false };
+    const work = this.#queue.run(pod.uid, async () => {
+      progress.stage = 'enrolling';
       const log = this.#log.child({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid });
       if (this.isExcluded(pod.namespace)) return log.info('namespace excluded; not enrolling');
       const netns = this.#open(pod.netnsPath);
@@ -73,12 +96,53 @@ export class PodEnroller {
         throw new Error(`cannot record the pod in ${this.deps.store.dir}: ${(err as Error).message}`, { cause: err });
       }
       try {
-        const timings = await onboardPod(this.deps, this.#identity(pod), netns, NO_OVERRIDES);
+        const rules = this.deps.rules;
+        const tracked: InpodRuleManager = {
+          backend: rules.backend,
+          apply: (ns, overrides) => rules.apply(ns, overrides).then(() => void (progress.rulesApplied = true)),
+          remove: (ns) => rules.remove(ns),
+          verify: (ns, overrides) => rules.verify(ns, overrides),
+        };
+        const timings = await onboardPod({ rules: tracked, registry: this.deps.registry }, this.#identity(pod), netns, NO_OVERRIDES);
         log.info({ ...timings, netnsIno: netns.ino }, 'pod enrolled');
       } catch (err) {
         if (err instanceof RuleApplyError && !wasStored) this.deps.store.remove(pod.uid);
         throw err;
       }
+    });
+    return this.#answerWithin(work, pod, progress);
+  }
+
+  /** `work`'s outcome, or after addAnswerMs an error naming what it still waits for (it carries on). */
+  #answerWithin(work: Promise<void>, pod: CniPod, progress: AddProgress): Promise<void> {
+    const ms = this.deps.addAnswerMs ?? ADD_ANSWER_MS;
+    return new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        const log = this.#log.child({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid });
+        const pending =
+          progress.stage === 'queued'
+            ? 'an earlier ADD or DEL of this pod is still running'
+            : progress.rulesApplied
+              ? 'ztunnel has not acknowledged it (its in-pod rules are in place; the pod stays registered and goes to ztunnel with its next snapshot)'
+              : 'its in-pod rules are not applied yet';
+        const err = new Error(`pod ${pod.namespace}/${pod.name} not enrolled within ${ms} ms: ${pending}`);
+        log.warn({ err: err.message }, 'answering the ADD before the plugin gives up; the enrolment carries on');
+        reject(err);
+        work.then(
+          () => log.info('late enrolment finished after the ADD was answered'),
+          (e: unknown) => log.warn({ err: (e as Error).message }, 'late enrolment failed after the ADD was answered'),
+        );
+      }, ms);
+      work.then(
+        () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        (err: unknown) => {
+          clearTimeout(timer);
+          reject(err as Error);
+        },
+      );
     });
   }
 
@@ -114,25 +178,49 @@ export class PodEnroller {
   }
 
   /**
-   * After a restart: reopen each remembered pod's netns, make sure it is still the same
-   * namespace, repair drifted rules, and register it for the next ZDS snapshot. Pods whose
-   * sandbox is gone are dropped (ztunnel drops them too: the snapshot will not mention them).
+   * After a restart, in two phases. reopen() (before ZDS serves anyone): reopen each remembered
+   * pod's netns, make sure it is still the same namespace, and register it for the first
+   * snapshot; pods whose sandbox is gone are dropped (ztunnel drops them too: the snapshot will
+   * not mention them). verifyReopened() (while ztunnel takes the snapshot): verify each pod's
+   * rules and repair drift. The rules need not be verified before ztunnel learns the pod: they
+   * were installed before the crash, and ztunnel only binds its listeners.
    */
-  async restore(): Promise<RestoreSummary> {
+  reopen(): RestoreSummary {
     const summary: RestoreSummary = { restored: 0, repaired: 0, dropped: 0 };
     const { pods, problems } = this.deps.store.load();
     for (const problem of problems) {
       this.#log.error({ file: problem.file, reason: problem.reason }, 'unusable pod state file set aside; that pod is not restored');
     }
     for (const pod of pods) {
-      const outcome = await this.#restoreOne(pod);
-      summary[outcome]++;
+      const netns = this.#reopenOne(pod);
+      if (!netns) {
+        summary.dropped++;
+        continue;
+      }
+      summary.restored++;
+      this.#reopened.push(pod.uid);
+      this.deps.registry.adopt({ uid: pod.uid, name: pod.name, namespace: pod.namespace, serviceAccount: pod.serviceAccount }, netns);
     }
-    this.#log.info(summary, 'enrolled pods restored from the state file');
     return summary;
   }
 
-  async #restoreOne(pod: EnrolledPod): Promise<keyof RestoreSummary> {
+  /** The second phase: one netns visit per pod, side by side on the addon's threads. */
+  async verifyReopened(): Promise<RestoreSummary> {
+    const uids = this.#reopened.splice(0);
+    const repaired = await mapLimit(uids, RESTORE_CONCURRENCY, (uid) => this.#queue.run(uid, () => this.#verifyOne(uid)));
+    const summary = { restored: uids.length, repaired: repaired.filter(Boolean).length, dropped: 0 };
+    this.#log.info(summary, 'rules of the restored pods verified');
+    return summary;
+  }
+
+  /** Both phases, for callers with nothing to do in between. */
+  async restore(): Promise<RestoreSummary> {
+    const reopened = this.reopen();
+    const verified = await this.verifyReopened();
+    return { ...reopened, repaired: verified.repaired };
+  }
+
+  #reopenOne(pod: EnrolledPod): NetnsHandle | undefined {
     const log = this.#log.child({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid });
     let netns: NetnsHandle;
     try {
@@ -140,26 +228,33 @@ export class PodEnroller {
     } catch (err) {
       log.info({ err: (err as Error).message }, 'netns gone; dropping pod');
       this.deps.store.remove(pod.uid);
-      return 'dropped';
+      return undefined;
     }
     if (netns.ino !== pod.netnsIno || netns.dev !== pod.netnsDev) {
       netns.close();
       log.info({ netnsPath: pod.netnsPath }, 'netns path now holds another namespace; dropping pod');
       this.deps.store.remove(pod.uid);
-      return 'dropped';
+      return undefined;
     }
+    return netns;
+  }
+
+  /** Returns whether the rules had to be repaired. A pod removed meanwhile is skipped. */
+  async #verifyOne(uid: string): Promise<boolean> {
+    const netns = this.deps.registry.netnsOf(uid);
+    if (!netns || netns.closed) return false;
+    const log = this.#log.child({ uid });
     const drift = await this.deps.rules.verify(netns, NO_OVERRIDES).catch((err: unknown) => ({ error: err as Error }));
-    let outcome: keyof RestoreSummary = 'restored';
-    if ('error' in drift || !drift.inSync) {
-      log.warn({ drift: 'error' in drift ? drift.error.message : describeDrift(drift) }, 'in-pod rules drifted; re-applying');
-      // A pod whose repair fails stays enrolled (ztunnel keeps serving it); CHECK will report it.
-      await this.deps.rules.apply(netns, NO_OVERRIDES).then(
-        () => (outcome = 'repaired'),
-        (err: unknown) => log.error({ err: (err as Error).message }, 'could not repair in-pod rules'),
-      );
-    }
-    this.deps.registry.adopt({ uid: pod.uid, name: pod.name, namespace: pod.namespace, serviceAccount: pod.serviceAccount }, netns);
-    return outcome;
+    if (!('error' in drift) && drift.inSync) return false;
+    log.warn({ drift: 'error' in drift ? drift.error.message : describeDrift(drift) }, 'in-pod rules drifted; re-applying');
+    // A pod whose repair fails stays enrolled (ztunnel keeps serving it); CHECK will report it.
+    return this.deps.rules.apply(netns, NO_OVERRIDES).then(
+      () => true,
+      (err: unknown) => {
+        log.error({ err: (err as Error).message }, 'could not repair in-pod rules');
+        return false;
+      },
+    );
   }
 
   #open(netnsPath: string): NetnsHandle {

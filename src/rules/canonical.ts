@@ -7,17 +7,26 @@ import { parseNftListing, type ListedRuleset } from './nft-listing.js';
 
 export const LIST_RULESET = 'list ruleset';
 
+/** Listings for comparison are stateless (no counter values), so traffic does not look like drift. */
+export const LIST_RULESET_STEP = { op: 'nft', script: LIST_RULESET, stateless: true } as const;
+
+export interface CanonicalListing {
+  /** The listing as the kernel gave it: a pod whose listing is this same text is in sync. */
+  text: string;
+  parsed: ListedRuleset;
+}
+
 export function isAmbientTable(name: string): boolean {
   return name.startsWith('istio-ambient-');
 }
 
 export class CanonicalListings {
-  readonly #cache = new Map<string, Promise<ListedRuleset>>();
+  readonly #cache = new Map<string, Promise<CanonicalListing>>();
 
   constructor(private readonly addon: NetAddon) {}
 
   /** The canonical listing of `script`, computed once per distinct script. */
-  get(script: string): Promise<ListedRuleset> {
+  get(script: string): Promise<CanonicalListing> {
     let listing = this.#cache.get(script);
     if (!listing) {
       listing = this.#compute(script);
@@ -27,11 +36,8 @@ export class CanonicalListings {
     return listing;
   }
 
-  async #compute(script: string): Promise<ListedRuleset> {
-    const [, listed] = await this.addon.run('fresh', [
-      { op: 'nft', script },
-      { op: 'nft', script: LIST_RULESET },
-    ] as const);
-    return parseNftListing(listed.output, isAmbientTable);
+  async #compute(script: string): Promise<CanonicalListing> {
+    const [, listed] = await this.addon.run('fresh', [{ op: 'nft', script }, LIST_RULESET_STEP] as const);
+    return { text: listed.output, parsed: parseNftListing(listed.output, isAmbientTable) };
   }
 }

@@ -1,7 +1,7 @@
 // Host-side rules for kubelet probes: SNAT the kubelet's probe connections to the link-local
 // address that the in-pod rules let through. Applied in the node's own network namespace.
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
-import { CanonicalListings, isAmbientTable, LIST_RULESET } from './canonical.js';
+import { CanonicalListings, isAmbientTable, LIST_RULESET_STEP } from './canonical.js';
 import { NFT_FAMILY, NFT_TABLE_NAT, PROBE_SET_V4, PROBE_SET_V6 } from './constants.js';
 import { diffRulesets, type DriftReport } from './drift.js';
 import { buildHostModel } from './model.js';
@@ -55,7 +55,7 @@ export class NftablesHostRules {
 
   async verify(ns: NetnsHandle, kubeletUid: number): Promise<DriftReport> {
     const expected = await this.#canonical.get(renderProbeSetsNftables(this.settings.ipv6) + this.script(kubeletUid));
-    const [listed] = await this.addon.run(ns, [{ op: 'nft', script: LIST_RULESET }] as const);
-    return diffRulesets(expected, parseNftListing(listed.output, isAmbientTable));
+    const [listed] = await this.addon.run(ns, [LIST_RULESET_STEP] as const);
+    return diffRulesets(expected.parsed, parseNftListing(listed.output, isAmbientTable));
   }
 }

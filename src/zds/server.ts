@@ -1,6 +1,7 @@
 // The node agent's ZDS server: ztunnel connects here and receives every ambient pod's netns.
 // Adds go to the newest connection (the new ztunnel during a rolling update); deletes go to all.
-import { SeqpacketListener, type SeqpacketSocket } from '../addon/seqpacket.js';
+import { bindZdsSocket } from './bind.js';
+import type { SeqpacketListener, SeqpacketSocket } from '../addon/seqpacket.js';
 import type { RawAddon } from '../addon/binding.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import type { WorkloadInfo } from './codec.js';
@@ -17,6 +18,8 @@ export interface ZdsServerOptions {
   log?: Logger;
   raw?: RawAddon;
   onAck?: AckObserver;
+  /** Already bound (paused) at process start, before the heavy modules load; the server takes it. */
+  listener?: SeqpacketListener;
 }
 
 export interface ConnectionSummary {
@@ -37,6 +40,7 @@ export interface ZdsSink {
 
 export class ZdsServer implements ZdsSink {
   #listener: SeqpacketListener | undefined;
+  #accepting = false;
   #connections: ZdsConnection[] = []; // oldest first
   readonly #timeouts: ZdsTimeouts;
   readonly #log: Logger;
@@ -48,13 +52,29 @@ export class ZdsServer implements ZdsSink {
     this.#log = (options.log ?? silentLogger).child({ component: 'zds' });
   }
 
+  /** Accepting connections (readiness): start() was called. */
   get listening(): boolean {
-    return this.#listener !== undefined;
+    return this.#accepting;
   }
 
-  start(): void {
+  /**
+   * Binds the socket without serving it yet, as early as possible after a restart: ztunnel's
+   * connect succeeds once the kernel queues it in the backlog, so it stops backing off while the
+   * agent is still restoring pods, and gets its snapshot the moment start() accepts.
+   */
+  bind(): void {
     if (this.#listener) return;
-    this.#listener = SeqpacketListener.listen(this.options.socketPath, (s) => this.#accept(s), { mode: this.options.mode ?? 0o600 }, this.options.raw);
+    this.#listener = this.options.listener ?? bindZdsSocket(this.options.socketPath, this.options.mode, this.options.raw);
+    this.#listener.onConnection = (s) => this.#accept(s);
+    this.#log.info({ socket: this.options.socketPath }, 'ZDS socket bound; connections wait in the backlog');
+  }
+
+  /** Binds (if bind() was not called) and accepts; every connection first gets the snapshot. */
+  start(): void {
+    this.bind();
+    if (this.#accepting) return;
+    this.#accepting = true;
+    this.#listener!.resume();
     this.#log.info({ socket: this.options.socketPath }, 'ZDS server listening');
   }
 
@@ -95,6 +115,7 @@ export class ZdsServer implements ZdsSink {
   close(): void {
     this.#listener?.close();
     this.#listener = undefined;
+    this.#accepting = false;
     for (const c of [...this.#connections]) c.close('server shutting down');
   }
 

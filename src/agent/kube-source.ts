@@ -1,126 +1,19 @@
-// Where the agent learns about pods: standalone (only the CNI path, state kept in the run dir) or
-// Kubernetes (informers, enablement selectors, annotations, host probe rules). The agent wires
-// either one to the plugin-event server and the ZDS server the same way.
+// Kubernetes mode: Istio's node-agent logic over informers (pods on this node, namespaces),
+// enablement selectors, annotations and the host probe rules. Imported only in this mode.
 import type { V1Namespace, V1Pod } from '@kubernetes/client-node';
-import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
-import type { PluginAddEvent, PluginDelEvent } from '../cni/protocol.js';
+import type { NetnsHandle } from '../addon/net-addon.js';
+import type { PluginAddEvent } from '../cni/protocol.js';
 import { HostDataplane } from '../host/host-dataplane.js';
 import { httpStatusOf, KubeApi } from '../kube/client.js';
 import { ResilientInformer } from '../kube/informer.js';
 import { MeshController, type HostProbes, type NetnsFinder } from '../kube/mesh-controller.js';
-import type { Logger } from '../ops/log.js';
-import type { AgentMetrics } from '../ops/metrics.js';
 import { Enablement, parseEnablementSelectors } from '../pods/enablement.js';
-import { PodEnroller, type CniPod } from '../pods/enroller.js';
 import { ProcNetnsFinder } from '../pods/proc-netns-finder.js';
-import { PodStateStore } from '../pods/state-store.js';
-import { describeDrift } from '../rules/drift.js';
-import type { InpodRuleManager } from '../rules/manager.js';
-import { podOverridesFromAnnotations, type PodOverrides, type RuleSettings } from '../rules/settings.js';
-import type { PodRegistry } from '../zds/registry.js';
-import type { AgentConfig } from './config.js';
+import { podOverridesFromAnnotations, type PodOverrides } from '../rules/settings.js';
 import { writeEnablementSnapshot } from './enablement-file.js';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { CoreV1Api } from '@kubernetes/client-node';
-
-export interface PodSource {
-  readonly mode: 'standalone' | 'kubernetes';
-  /** Before ZDS listens: everything the first snapshot needs. */
-  prepare(): Promise<void>;
-  /** After ZDS listens: start acting on events. */
-  run(): void;
-  cniAdd(e: PluginAddEvent): Promise<void>;
-  cniDel(e: PluginDelEvent): Promise<void>;
-  cniCheck(e: PluginAddEvent): Promise<string | undefined>;
-  notReadyReasons(): string[];
-  /** On SIGTERM: should node-level artefacts (CNI config, binary, host rules) be removed? */
-  shouldCleanUp(): Promise<boolean>;
-  /** Removes node-level artefacts this source owns (host rules and probe sets). */
-  cleanUp(): Promise<void>;
-  stop(): Promise<void>;
-  /** Releases what the source holds (after stop and any clean-up). */
-  close?(): void;
-  /** The pod's rule overrides (from its annotations), for verification. */
-  overridesFor?(uid: string): PodOverrides;
-}
-
-export interface SourceDeps {
-  config: AgentConfig;
-  addon: NetAddon;
-  rules: InpodRuleManager;
-  registry: PodRegistry;
-  settings: RuleSettings;
-  log: Logger;
-  metrics?: AgentMetrics;
-}
-
-/** Istio's plugin sends no UID; namespace/name is unique on a node at any one time. */
-export function cniPodOf(e: PluginAddEvent): CniPod {
-  return {
-    uid: e.PodUID || `${e.PodNamespace}/${e.PodName}`,
-    name: e.PodName,
-    namespace: e.PodNamespace,
-    netnsPath: e.Netns,
-    containerId: e.ContainerID ?? '',
-    ips: e.IPs.map((ip) => ip.Address.IP),
-  };
-}
-
-export class StandaloneSource implements PodSource {
-  readonly mode = 'standalone' as const;
-  readonly enroller: PodEnroller;
-  #restored = false;
-
-  constructor(private readonly deps: SourceDeps) {
-    this.enroller = new PodEnroller({
-      addon: deps.addon,
-      rules: deps.rules,
-      registry: deps.registry,
-      store: new PodStateStore(deps.config.runDir),
-      netnsRoot: deps.config.netnsRoot,
-      excludeNamespaces: deps.config.excludeNamespaces,
-      log: deps.log,
-    });
-  }
-
-  async prepare(): Promise<void> {
-    await writeEnablementSnapshot(this.deps.config.runDir, { allNamespaces: true, namespaces: [], excludedNamespaces: this.deps.config.excludeNamespaces });
-    await this.enroller.restore();
-    this.#restored = true;
-  }
-
-  run(): void {}
-
-  cniAdd(e: PluginAddEvent): Promise<void> {
-    return this.enroller.add(cniPodOf(e));
-  }
-
-  async cniDel(e: PluginDelEvent): Promise<void> {
-    const uid = e.PodUID || this.enroller.uidOf(e.PodNamespace, e.PodName);
-    if (uid) await this.enroller.remove(uid);
-  }
-
-  async cniCheck(e: PluginAddEvent): Promise<string | undefined> {
-    const uid = e.PodUID || this.enroller.uidOf(e.PodNamespace, e.PodName);
-    if (!uid || this.enroller.isExcluded(e.PodNamespace)) return undefined;
-    const drift = await this.enroller.check(uid);
-    if (!drift) return `pod ${e.PodNamespace}/${e.PodName} is not enrolled`;
-    return drift.inSync ? undefined : `in-pod rules drifted: ${describeDrift(drift).join('; ')}`;
-  }
-
-  notReadyReasons(): string[] {
-    return this.#restored ? [] : ['enrolled pods not restored yet'];
-  }
-
-  /** Without Kubernetes there is no DaemonSet to ask: an agent that stops keeps everything. */
-  async shouldCleanUp(): Promise<boolean> {
-    return false;
-  }
-
-  async cleanUp(): Promise<void> {}
-
-  async stop(): Promise<void> {}
-}
+import type { PodSource, SourceDeps } from './pod-source.js';
 
 export interface KubeSourceOptions {
   kc: KubeConfig;

@@ -1,0 +1,79 @@
+// Standalone mode: pods come only from the CNI path; the enrolled pods are kept in the run dir.
+import type { PluginAddEvent, PluginDelEvent } from '../cni/protocol.js';
+import { PodEnroller } from '../pods/enroller.js';
+import { PodStateStore } from '../pods/state-store.js';
+import { describeDrift } from '../rules/drift.js';
+import { writeEnablementSnapshot } from './enablement-file.js';
+import { cniPodOf, type PodSource, type SourceDeps } from './pod-source.js';
+
+export class StandaloneSource implements PodSource {
+  readonly mode = 'standalone' as const;
+  readonly enroller: PodEnroller;
+  #restored = false;
+  #verified: Promise<void> = Promise.resolve();
+
+  constructor(private readonly deps: SourceDeps) {
+    this.enroller = new PodEnroller({
+      addon: deps.addon,
+      rules: deps.rules,
+      registry: deps.registry,
+      store: new PodStateStore(deps.config.runDir),
+      netnsRoot: deps.config.netnsRoot,
+      excludeNamespaces: deps.config.excludeNamespaces,
+      log: deps.log,
+    });
+  }
+
+  /** Before ZDS serves: the remembered pods are registered for the first snapshot. */
+  async prepare(): Promise<void> {
+    await writeEnablementSnapshot(this.deps.config.runDir, { allNamespaces: true, namespaces: [], excludedNamespaces: this.deps.config.excludeNamespaces });
+    const summary = this.enroller.reopen();
+    this.deps.log.info(summary, 'enrolled pods reopened from the state files');
+  }
+
+  /** While ztunnel takes the snapshot: verify (and repair) their rules; ready afterwards. */
+  run(): void {
+    this.#verified = this.enroller
+      .verifyReopened()
+      .then(
+        () => undefined,
+        (err: unknown) => this.deps.log.error({ err: (err as Error).message }, 'verifying the restored pods failed; they stay enrolled'),
+      )
+      .finally(() => (this.#restored = true));
+  }
+
+  /** Resolves once the restored pods' rules have been verified (tests, shutdown). */
+  whenVerified(): Promise<void> {
+    return this.#verified;
+  }
+
+  cniAdd(e: PluginAddEvent): Promise<void> {
+    return this.enroller.add(cniPodOf(e));
+  }
+
+  async cniDel(e: PluginDelEvent): Promise<void> {
+    const uid = e.PodUID || this.enroller.uidOf(e.PodNamespace, e.PodName);
+    if (uid) await this.enroller.remove(uid);
+  }
+
+  async cniCheck(e: PluginAddEvent): Promise<string | undefined> {
+    const uid = e.PodUID || this.enroller.uidOf(e.PodNamespace, e.PodName);
+    if (!uid || this.enroller.isExcluded(e.PodNamespace)) return undefined;
+    const drift = await this.enroller.check(uid);
+    if (!drift) return `pod ${e.PodNamespace}/${e.PodName} is not enrolled`;
+    return drift.inSync ? undefined : `in-pod rules drifted: ${describeDrift(drift).join('; ')}`;
+  }
+
+  notReadyReasons(): string[] {
+    return this.#restored ? [] : ['restored pods not verified yet'];
+  }
+
+  /** Without Kubernetes there is no DaemonSet to ask: an agent that stops keeps everything. */
+  async shouldCleanUp(): Promise<boolean> {
+    return false;
+  }
+
+  async cleanUp(): Promise<void> {}
+
+  async stop(): Promise<void> {}
+}
