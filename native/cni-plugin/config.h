@@ -19,7 +19,10 @@ struct CniEnv {
 
 CniEnv ReadCniEnv();
 
-// Per-command required variables (spec "Parameters"); throws CniError code 4.
+// Per-command required variables (spec "Parameters") and their syntax, as the Go CNI library's
+// skel checks them before any plugin code runs: CNI_CONTAINERID and CNI_IFNAME for ADD, DEL and
+// CHECK, plus an absolute CNI_NETNS for ADD and CHECK (and for DEL when it is set). Throws
+// CniError code 4.
 void RequireEnvFor(const CniEnv& env);
 
 // The CNI_ARGS keys kubelet / the CRI runtime set for a pod sandbox.
@@ -31,7 +34,10 @@ struct K8sArgs {
 };
 
 // "K=V;K=V". Unknown keys (IgnoreUnknown included) are ignored; a pair without '=' is an
-// invalid environment (code 4), as the Go CNI library's LoadArgs rejects it.
+// invalid environment (code 4), as the Go CNI library's LoadArgs rejects it. A repeated key
+// keeps its last value (as LoadArgs). The values of the four Kubernetes keys must be what
+// Kubernetes can produce (DNS-1123 names, bounded IDs), else code 4: the agent would refuse
+// them anyway, and nothing malformed is forwarded.
 K8sArgs ParseCniArgs(const std::string& args);
 
 // Istio's plugin config fields (cni/pkg/plugin/plugin.go Config), with Istio's defaults.
@@ -51,9 +57,15 @@ struct PluginConfig {
   nlohmann::ordered_json prev_result;                // as received, key order kept for the echo
 };
 
-// Decodes stdin. Throws CniError: 6 for bytes that are not a JSON object, 1 for a missing or
-// unsupported cniVersion, 7 for a field of the wrong type. `version_for_errors` is set to the
+// Decodes stdin. Throws CniError: 6 for bytes that are not a JSON object (or nest deeper than
+// kMaxJsonDepth), 1 for a missing or unsupported cniVersion, 7 for a field of the wrong type or
+// value (a missing or invalid network name, as the Go CNI library's skel; a run dir that is not
+// an absolute path). `version_for_errors` is set to the
 // config's cniVersion as soon as it is known to be supported, so later errors speak it.
+// Real configs nest a handful of levels; nlohmann parses iteratively, but copying or printing a
+// value recurses once per level, so a few KB of "[[[[" would otherwise overflow the stack.
+inline constexpr int kMaxJsonDepth = 128;
+
 PluginConfig ParseConfig(const std::string& stdin_data, std::string* version_for_errors);
 
 }  // namespace istio_cni

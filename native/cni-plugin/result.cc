@@ -12,6 +12,9 @@ namespace {
 
 using nlohmann::ordered_json;
 
+constexpr size_t kMaxIps = 64;
+constexpr long long kMaxInterfaceIndex = 0x7fffffff;
+
 std::string Base64(const uint8_t* data, size_t len) {
   static const char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
@@ -36,6 +39,8 @@ std::string Base64(const uint8_t* data, size_t len) {
 int CanonicalIp(const std::string& text, std::string* out) {
   unsigned char buf[16];
   char printed[INET6_ADDRSTRLEN];
+  // inet_pton reads a C string: JSON's "\u0000" would let "10.0.0.1\u0000junk" pass as 10.0.0.1.
+  if (text.find('\0') != std::string::npos) return 0;
   int family = text.find(':') == std::string::npos ? AF_INET : AF_INET6;
   if (inet_pton(family, text.c_str(), buf) != 1) return 0;
   if (!inet_ntop(family, buf, printed, sizeof printed)) return 0;
@@ -61,6 +66,8 @@ std::vector<PodIp> PodIpsFromPrevResult(const PluginConfig& config) {
   auto list = config.prev_result.find("ips");
   if (list == config.prev_result.end() || list->is_null()) return ips;
   if (!list->is_array()) Invalid("\"ips\" must be an array");
+  // The agent refuses more (plugin-event-server.ts MAX_IPS); no pod has that many addresses.
+  if (list->size() > kMaxIps) Invalid("\"ips\" has more than " + std::to_string(kMaxIps) + " entries");
   for (const auto& entry : *list) {
     if (!entry.is_object()) Invalid("\"ips\" entries must be objects");
     PodIp ip;
@@ -73,9 +80,10 @@ std::vector<PodIp> PodIpsFromPrevResult(const PluginConfig& config) {
     int bytes = CanonicalIp(cidr.substr(0, slash), &ip.ip);
     if (bytes == 0) Invalid("address \"" + cidr + "\" has an invalid IP");
     const std::string prefix = cidr.substr(slash + 1);
-    char* end = nullptr;
-    long prefix_len = prefix.empty() ? -1 : strtol(prefix.c_str(), &end, 10);
-    if (prefix.empty() || *end != '\0' || prefix[0] == '-' || prefix[0] == '+' || prefix_len < 0 || prefix_len > bytes * 8) {
+    // Digits only (no sign, space or NUL), at most 3 of them.
+    const bool digits = !prefix.empty() && prefix.size() <= 3 && prefix.find_first_not_of("0123456789") == std::string::npos;
+    long prefix_len = digits ? strtol(prefix.c_str(), nullptr, 10) : -1;
+    if (!digits || prefix_len > bytes * 8) {
       Invalid("address \"" + cidr + "\" has an invalid prefix length");
     }
     ip.mask_base64 = MaskBase64(static_cast<int>(prefix_len), bytes);
@@ -87,7 +95,10 @@ std::vector<PodIp> PodIpsFromPrevResult(const PluginConfig& config) {
 
     auto iface = entry.find("interface");
     if (iface != entry.end() && !iface->is_null()) {
-      if (!iface->is_number_integer() || iface->get<long long>() < 0) Invalid("ips[].interface must be a non-negative integer");
+      // An index into "interfaces": bounded so that it also survives JSON readers that use doubles.
+      if (!iface->is_number_integer() || iface->get<long long>() < 0 || iface->get<long long>() > kMaxInterfaceIndex) {
+        Invalid("ips[].interface must be a non-negative integer below 2^31");
+      }
       ip.interface_index = iface->get<long long>();
     }
     ips.push_back(std::move(ip));

@@ -22,7 +22,8 @@ struct PodIp {
   std::string gateway;  // "" when absent, as Go marshals a nil net.IP
 };
 
-// Throws CniError code 7 for an "ips" entry that is not a valid CIDR / gateway / index.
+// Throws CniError code 7 for an "ips" entry that is not a valid CIDR / gateway / index (below
+// 2^31), or for more than 64 entries (what the agent accepts).
 std::vector<PodIp> PodIpsFromPrevResult(const PluginConfig& config);
 
 // prevResult with "cniVersion" set to the config's, or the empty result {"cniVersion":..,"dns":{}}.

@@ -1,14 +1,31 @@
 // The plugin-event server: HTTP/1.1 over <run dir>/pluginevent.sock, where the istio-cni plugin
 // posts CNI ADD/DEL/CHECK. Only root may connect (socket 0600 in a 0750 directory). Replies:
-// 200 done, 400 unusable body, 500 with the reason (the plugin fails the sandbox with it).
+// 200 done, 400 unusable body (every field is validated), 413 body over 64 KiB, 404/405 wrong
+// route or method, 500 with the reason (the plugin fails the sandbox with it).
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { isIP } from 'node:net';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { closeServer, listenPrivateSocket } from '../util/http-server.js';
-import { ROUTE_ADD, ROUTE_CHECK, ROUTE_DEL, type PluginAddEvent, type PluginDelEvent } from '../cni/protocol.js';
+import { ROUTE_ADD, ROUTE_CHECK, ROUTE_DEL, type PluginAddEvent, type PluginDelEvent, type PluginIpConfig } from '../cni/protocol.js';
 
 const MAX_BODY_BYTES = 64 * 1024;
+/** Far more addresses than any pod has; only bounds the work a hostile body can cause. */
+const MAX_IPS = 64;
+/** Kubernetes UIDs are UUIDs; the bound leaves room for other runtimes' IDs (as the plugin). */
+const MAX_POD_UID_BYTES = 128;
+/** Container IDs are 64 hex digits in practice; libcni sets no bound (as the plugin). */
+const MAX_CONTAINER_ID_BYTES = 1024;
+/** PATH_MAX, terminating NUL included. */
+const MAX_PATH_BYTES = 4095;
+/** Values quoted in a 400 reply are cut here: the reply ends up in the plugin's error object. */
+const MAX_SHOWN = 64;
 
 export class BadRequest extends Error {}
+
+/** 413: the body is over MAX_BODY_BYTES (what the plugin-log server answers too). */
+class TooLarge extends BadRequest {
+  readonly status = 413;
+}
 
 export interface PluginEventHandlers {
   add(event: PluginAddEvent): Promise<void>;
@@ -17,66 +34,181 @@ export interface PluginEventHandlers {
   check(event: PluginAddEvent): Promise<string | undefined>;
 }
 
-function text(field: unknown, name: string, required: boolean): string {
-  if (field === undefined || field === null) {
+function shown(value: string): string {
+  return JSON.stringify(value.length <= MAX_SHOWN ? value : `${value.slice(0, MAX_SHOWN)}...`);
+}
+
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+/** libcni's rule for container IDs (and the plugin's for pod UIDs): ^[a-zA-Z0-9][a-zA-Z0-9_.-]*$ */
+const CNI_IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+
+type Check = (value: string) => string | undefined;
+
+/** Kubernetes' IsDNS1123Subdomain (pod names). */
+const podName: Check = (v) => (v.length <= 253 && DNS_SUBDOMAIN.test(v) ? undefined : 'is not a Kubernetes pod name (DNS-1123 subdomain)');
+/** Kubernetes' IsDNS1123Label (namespaces). */
+const namespaceName: Check = (v) => (v.length <= 63 && DNS_LABEL.test(v) ? undefined : 'is not a Kubernetes namespace name (DNS-1123 label)');
+const podUid: Check = (v) =>
+  v.length <= MAX_POD_UID_BYTES && CNI_IDENTIFIER.test(v) ? undefined : `is not a pod UID (at most ${MAX_POD_UID_BYTES} of [A-Za-z0-9_.-])`;
+const containerId: Check = (v) => (v.length <= MAX_CONTAINER_ID_BYTES && CNI_IDENTIFIER.test(v) ? undefined : 'is not a container ID');
+
+/**
+ * A netns path the agent may open: absolute, no NUL, within PATH_MAX, and no ".." segment (the
+ * path is joined under --netns-root, which ".." would escape). The plugin checks the same.
+ */
+const netnsPath: Check = (v) => {
+  if (!v.startsWith('/')) return 'is not an absolute path';
+  if (v.includes('\0')) return 'contains NUL';
+  if (Buffer.byteLength(v, 'utf8') > MAX_PATH_BYTES) return 'is longer than PATH_MAX';
+  if (v.split('/').includes('..')) return 'has a ".." segment';
+  return undefined;
+};
+
+/**
+ * A string field: absent/null is '' (Go's zero value), and '' is accepted only when the field is
+ * optional; any other value must pass `check`.
+ */
+function field(body: Record<string, unknown>, name: string, required: boolean, check: Check): string {
+  const value = body[name];
+  if (value === undefined || value === null || value === '') {
     if (required) throw new BadRequest(`missing ${name}`);
     return '';
   }
-  if (typeof field !== 'string') throw new BadRequest(`${name} must be a string`);
-  return field;
+  if (typeof value !== 'string') throw new BadRequest(`${name} must be a string`);
+  const problem = check(value);
+  if (problem !== undefined) throw new BadRequest(`${name} ${shown(value)} ${problem}`);
+  return value;
 }
 
+function object(value: unknown, what: string): Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new BadRequest(`${what} must be a JSON object`);
+  return value as Record<string, unknown>;
+}
+
+/** Go's JSON of a net.IPMask: the base64 of 4 (IPv4) or 16 (IPv6) bytes; '' when absent. */
+function mask(value: unknown, where: string): string {
+  if (value === undefined || value === null || value === '') return '';
+  if (typeof value !== 'string') throw new BadRequest(`${where}.Address.Mask must be a string`);
+  const bytes = Buffer.from(value, 'base64');
+  if ((bytes.length !== 4 && bytes.length !== 16) || bytes.toString('base64') !== value) {
+    throw new BadRequest(`${where}.Address.Mask ${shown(value)} is not the base64 of a 4- or 16-byte mask`);
+  }
+  return value;
+}
+
+/** An IP address as Go prints a net.IP: no zone (Node's isIP accepts "fe80::1%eth0"). */
+const isPlainIp = (v: string): boolean => isIP(v) !== 0 && !v.includes('%');
+
+function parseIp(raw: unknown, i: number): PluginIpConfig {
+  const where = `IPs[${i}]`;
+  const ip = object(raw, where);
+  const address = object(ip['Address'], `${where}.Address`);
+  if (typeof address['IP'] !== 'string' || !isPlainIp(address['IP'])) {
+    throw new BadRequest(`${where}.Address.IP must be an IP address string`);
+  }
+  const iface = ip['Interface'];
+  if (iface !== undefined && iface !== null && !(typeof iface === 'number' && Number.isSafeInteger(iface) && iface >= 0)) {
+    throw new BadRequest(`${where}.Interface must be a non-negative integer or null`);
+  }
+  const gateway = ip['Gateway'];
+  if (gateway !== undefined && gateway !== null && gateway !== '' && (typeof gateway !== 'string' || !isPlainIp(gateway))) {
+    throw new BadRequest(`${where}.Gateway must be an IP address string or empty`);
+  }
+  return {
+    Interface: typeof iface === 'number' ? iface : null,
+    Address: { IP: address['IP'], Mask: mask(address['Mask'], where) },
+    Gateway: typeof gateway === 'string' ? gateway : '',
+  };
+}
+
+/**
+ * Every field is checked: the names and paths reach the netns opener, the state files, ZDS and
+ * the logs, so anything Kubernetes and the runtime cannot produce is a 400, never passed on.
+ * Unknown fields are ignored (as Go's decoder does).
+ */
 export function parseAddEvent(body: unknown): PluginAddEvent {
-  if (typeof body !== 'object' || body === null) throw new BadRequest('body must be a JSON object');
-  const b = body as Record<string, unknown>;
+  const b = object(body, 'body');
   const ips = b['IPs'] ?? [];
   if (!Array.isArray(ips)) throw new BadRequest('IPs must be an array');
+  if (ips.length > MAX_IPS) throw new BadRequest(`IPs has ${ips.length} entries (at most ${MAX_IPS})`);
   return {
-    Netns: text(b['Netns'], 'Netns', true),
-    PodName: text(b['PodName'], 'PodName', true),
-    PodNamespace: text(b['PodNamespace'], 'PodNamespace', true),
-    PodUID: text(b['PodUID'], 'PodUID', false),
-    ContainerID: text(b['ContainerID'], 'ContainerID', false),
-    IPs: ips.map((ip: unknown, i) => {
-      const address = (ip as { Address?: { IP?: unknown; Mask?: unknown } } | null)?.Address;
-      if (typeof address?.IP !== 'string') throw new BadRequest(`IPs[${i}].Address.IP must be a string`);
-      const iface = (ip as { Interface?: unknown }).Interface;
-      return {
-        Interface: typeof iface === 'number' ? iface : null,
-        Address: { IP: address.IP, Mask: typeof address.Mask === 'string' ? address.Mask : '' },
-        Gateway: typeof (ip as { Gateway?: unknown }).Gateway === 'string' ? ((ip as { Gateway: string }).Gateway) : '',
-      };
-    }),
+    Netns: field(b, 'Netns', true, netnsPath),
+    PodName: field(b, 'PodName', true, podName),
+    PodNamespace: field(b, 'PodNamespace', true, namespaceName),
+    PodUID: field(b, 'PodUID', false, podUid),
+    ContainerID: field(b, 'ContainerID', false, containerId),
+    IPs: ips.map(parseIp),
   };
 }
 
+/** As parseAddEvent; Netns may be empty (DEL can come after the netns is gone). */
 export function parseDelEvent(body: unknown): PluginDelEvent {
-  if (typeof body !== 'object' || body === null) throw new BadRequest('body must be a JSON object');
-  const b = body as Record<string, unknown>;
+  const b = object(body, 'body');
   return {
-    Netns: text(b['Netns'], 'Netns', false),
-    PodName: text(b['PodName'], 'PodName', true),
-    PodNamespace: text(b['PodNamespace'], 'PodNamespace', true),
-    PodUID: text(b['PodUID'], 'PodUID', false),
-    ContainerID: text(b['ContainerID'], 'ContainerID', false),
+    Netns: field(b, 'Netns', false, netnsPath),
+    PodName: field(b, 'PodName', true, podName),
+    PodNamespace: field(b, 'PodNamespace', true, namespaceName),
+    PodUID: field(b, 'PodUID', false, podUid),
+    ContainerID: field(b, 'ContainerID', false, containerId),
   };
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * The body, at most MAX_BODY_BYTES of it: a declared larger one is refused before reading, and
+ * a chunked one is refused as soon as it passes the cap (what follows is discarded unbuffered,
+ * and the reply closes the connection).
+ */
+function readBody(req: IncomingMessage): Promise<Buffer> {
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared) && declared > MAX_BODY_BYTES) return Promise.reject(new TooLarge(`body larger than ${MAX_BODY_BYTES} bytes`));
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let settled = false;
+    const settle = (fn: () => void): void => {
+      if (settled) return;
+      settled = true;
+      fn();
+    };
+    req.on('data', (chunk: Buffer) => {
+      if (settled) return; // discarding the rest of a refused body
+      size += chunk.length;
+      if (size > MAX_BODY_BYTES) {
+        chunks.length = 0;
+        settle(() => reject(new TooLarge(`body larger than ${MAX_BODY_BYTES} bytes`)));
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => settle(() => resolve(Buffer.concat(chunks))));
+    req.on('aborted', () => settle(() => reject(new BadRequest('request body incomplete (the client went away)'))));
+    req.on('error', (err) => settle(() => reject(new BadRequest(`reading the body: ${err.message}`))));
+    req.on('close', () => settle(() => reject(new BadRequest('request body incomplete (the connection closed)'))));
+  });
 }
 
 async function readJson(req: IncomingMessage): Promise<unknown> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > MAX_BODY_BYTES) throw new BadRequest(`body larger than ${MAX_BODY_BYTES} bytes`);
-    chunks.push(chunk as Buffer);
+  let raw: string;
+  try {
+    raw = utf8.decode(await readBody(req));
+  } catch (err) {
+    if (err instanceof BadRequest) throw err;
+    throw new BadRequest('body is not UTF-8');
   }
-  const raw = Buffer.concat(chunks).toString('utf8');
   if (raw.trim() === '') throw new BadRequest('empty body');
   try {
     return JSON.parse(raw) as unknown;
   } catch (err) {
     throw new BadRequest(`invalid JSON: ${(err as Error).message}`);
   }
+}
+
+/** Keys of the per-route counters: the three routes, everything else is one key. */
+function routeKey(route: string): string {
+  return route === ROUTE_ADD || route === ROUTE_DEL || route === ROUTE_CHECK ? route : 'other';
 }
 
 /** Called after each request with its route, status and duration (metrics). */
@@ -132,6 +264,11 @@ export class PluginEventServer {
     this.#inFlight++;
     try {
       await this.#serve(req, res);
+    } catch (err) {
+      // Only a throwing observer or a broken response can land here; never leave it unhandled.
+      this.#log.error({ err: err instanceof Error ? err.message : String(err) }, 'plugin event handling failed');
+      if (!res.headersSent) res.writeHead(500, { Connection: 'close' });
+      res.end();
     } finally {
       if (--this.#inFlight === 0) for (const r of this.#drained.splice(0)) r();
     }
@@ -143,14 +280,17 @@ export class PluginEventServer {
     let status = 200;
     let body = '';
     try {
+      if (routeKey(route) === 'other') throw Object.assign(new BadRequest(`no route ${route.slice(0, MAX_SHOWN)}`), { status: 404 });
       if (req.method !== 'POST') throw Object.assign(new BadRequest(`method ${req.method} not allowed`), { status: 405 });
       body = (await this.#dispatch(route, await readJson(req))) ?? '';
     } catch (err) {
-      status = (err as { status?: number }).status ?? (err instanceof BadRequest ? 400 : 500);
-      body = (err as Error).message;
+      // 400/404/405/413 are ours (BadRequest); anything else is the handler's failure.
+      status = err instanceof BadRequest ? ((err as { status?: number }).status ?? 400) : 500;
+      body = err instanceof Error ? err.message : String(err);
       this.#log.warn({ route, status, err: body }, 'plugin event failed');
     }
-    const key = `${route} ${status}`;
+    // Counted by known route only: a client inventing paths must not grow the map.
+    const key = `${routeKey(route)} ${status}`;
     this.requests.set(key, (this.requests.get(key) ?? 0) + 1);
     this.onRequest(route, status, Number(process.hrtime.bigint() - started) / 1e9);
     res.writeHead(status, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' }).end(body);
@@ -168,7 +308,7 @@ export class PluginEventServer {
         return undefined;
       }
       default:
-        throw Object.assign(new BadRequest(`no route ${route}`), { status: 404 });
+        throw Object.assign(new BadRequest(`no route ${route.slice(0, MAX_SHOWN)}`), { status: 404 });
     }
   }
 }

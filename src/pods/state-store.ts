@@ -4,7 +4,8 @@
 // trips on the ADD path). One file per pod keeps a write O(1) during a burst and confines damage:
 // a corrupt file costs that pod only, and is set aside as `<uid>.json.corrupt` for inspection.
 import { createHash } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { closeSync, constants as fsConstants, fstatSync, mkdirSync, openSync, readdirSync, readSync, renameSync, rmSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { join } from 'node:path';
 import { atomicWriteFileSync } from '../util/atomic-file.js';
 
@@ -58,6 +59,20 @@ export function stateFileName(uid: string): string {
 const isString = (v: unknown): v is string => typeof v === 'string';
 const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 
+// What the agent itself writes: Kubernetes names, a UID (UUID, the plugin's K8S_POD_UID or the
+// standalone `namespace/name`), a netns path the plugin-event server accepted. A file holding
+// anything else was not written by this agent and must not reach the netns opener or ZDS.
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const CNI_IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+const MAX_UID_LENGTH = 512;
+const MAX_IPS = 64;
+const isSubdomain = (v: string): boolean => v.length <= 253 && DNS_SUBDOMAIN.test(v);
+const isLabel = (v: string): boolean => v.length <= 63 && DNS_LABEL.test(v);
+const hasControl = (v: string): boolean => /[\u0000-\u001f\u007f]/.test(v);
+const isNetnsPath = (v: string): boolean =>
+  v.startsWith('/') && !v.includes('\0') && Buffer.byteLength(v, 'utf8') < 4096 && !v.split('/').includes('..');
+
 /** Checks every field: the file is input, and a bad one must not reach the netns opener. */
 export function parseEnrolledPod(text: string): EnrolledPod {
   let raw: unknown;
@@ -72,8 +87,17 @@ export function parseEnrolledPod(text: string): EnrolledPod {
     if (!isString(p[key])) throw new Error(`${key} must be a string`);
   }
   if (p['uid'] === '' || p['netnsPath'] === '') throw new Error('uid and netnsPath must not be empty');
+  const uid = p['uid'] as string;
+  if (uid.length > MAX_UID_LENGTH || hasControl(uid)) throw new Error(`uid must be at most ${MAX_UID_LENGTH} characters without control characters`);
+  if (!isSubdomain(p['name'] as string)) throw new Error('name is not a Kubernetes pod name');
+  if (!isLabel(p['namespace'] as string)) throw new Error('namespace is not a Kubernetes namespace name');
+  if (!isSubdomain(p['serviceAccount'] as string)) throw new Error('serviceAccount is not a Kubernetes service account name');
+  if (!isNetnsPath(p['netnsPath'] as string)) throw new Error('netnsPath must be an absolute path without NUL or ".." segments');
+  const containerId = p['containerId'] as string;
+  if (containerId !== '' && (containerId.length > 1024 || !CNI_IDENTIFIER.test(containerId))) throw new Error('containerId is not a container ID');
   if (!isCount(p['netnsIno']) || !isCount(p['netnsDev'])) throw new Error('netnsIno and netnsDev must be non-negative integers');
   if (!Array.isArray(p['ips']) || !p['ips'].every(isString)) throw new Error('ips must be an array of strings');
+  if (p['ips'].length > MAX_IPS || !p['ips'].every((ip) => isIP(ip) !== 0 && !ip.includes('%'))) throw new Error(`ips must be at most ${MAX_IPS} IP addresses`);
   return {
     uid: p['uid'] as string,
     name: p['name'] as string,
@@ -106,7 +130,14 @@ export class PodStateStore {
     try {
       names = readdirSync(this.dir);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { pods: [], problems };
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT') return { pods: [], problems };
+      if (code === 'ENOTDIR') {
+        // Something else sits where the directory belongs: set it aside so put() can create it.
+        problems.push({ file: this.dir, reason: 'not a directory' });
+        this.#setAside(this.dir);
+        return { pods: [], problems };
+      }
       throw err;
     }
     for (const name of names.filter((n) => n.endsWith(SUFFIX)).sort()) {
@@ -143,9 +174,30 @@ export class PodStateStore {
     rmSync(join(this.dir, stateFileName(uid)), { force: true });
   }
 
+  /**
+   * Reads a regular file of at most MAX_FILE_BYTES without following a symlink or blocking on a
+   * FIFO: a link to /dev/zero or a pipe named `<x>.json` must not hang or exhaust the agent.
+   */
   #read(file: string): EnrolledPod {
-    const text = readFileSync(file, 'utf8');
-    if (text.length > MAX_FILE_BYTES) throw new Error(`larger than ${MAX_FILE_BYTES} bytes`);
+    const fd = openSync(file, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK);
+    let text: string;
+    try {
+      const st = fstatSync(fd);
+      if (!st.isFile()) throw new Error('not a regular file');
+      if (st.size > MAX_FILE_BYTES) throw new Error(`larger than ${MAX_FILE_BYTES} bytes`);
+      // One byte more than fstat said: a file still growing is caught rather than cut short.
+      const buf = Buffer.allocUnsafe(st.size + 1);
+      let length = 0;
+      while (length < buf.length) {
+        const n = readSync(fd, buf, length, buf.length - length, null);
+        if (n === 0) break;
+        length += n;
+      }
+      if (length > st.size) throw new Error('changed while being read');
+      text = buf.toString('utf8', 0, length);
+    } finally {
+      closeSync(fd);
+    }
     return parseEnrolledPod(text);
   }
 

@@ -106,8 +106,27 @@ export function isValidInterfaceName(name: string): boolean {
 }
 
 /**
+ * At most this many distinct interfaces are taken from reroute-virtual-interfaces. Istio has
+ * no limit, but every name costs rules in each family, and a 256 KB annotation could otherwise
+ * list tens of thousands of them; real pods have a handful of virtual interfaces.
+ */
+export const MAX_VIRTUAL_INTERFACES = 32;
+
+/** Warnings quote a value by its start: an annotation can be 256 KB. */
+const MAX_QUOTED = 64;
+/** Invalid interface names warned about one by one; the rest are counted in one warning. */
+const MAX_WARNED_NAMES = 5;
+
+function quoted(value: string): string {
+  return JSON.stringify(value.length <= MAX_QUOTED ? value : `${value.slice(0, MAX_QUOTED)}...`);
+}
+
+/**
  * Reads the three per-pod annotations the way Istio does (getPodLevelTrafficOverrides).
- * Bad values never fail the pod: they are dropped and reported in `warnings`.
+ * Bad values never fail the pod: they are dropped and reported in `warnings` (Istio ignores an
+ * unparsable boolean with a warning too). For reroute-virtual-interfaces each unusable name is
+ * dropped on its own, the valid ones still apply; duplicates count once, and names past
+ * MAX_VIRTUAL_INTERFACES are dropped with a warning. Nothing dropped reaches rule text.
  */
 export function podOverridesFromAnnotations(
   annotations: Record<string, string | undefined>,
@@ -125,30 +144,50 @@ function readBoolAnnotation(
   key: string,
   warnings: string[],
 ): boolean | undefined {
-  const raw = annotations[key];
+  const raw: unknown = annotations[key];
   if (raw === undefined) return undefined;
-  const parsed = parseGoBool(raw);
+  const parsed = typeof raw === 'string' ? parseGoBool(raw) : undefined;
   if (parsed === undefined) {
-    warnings.push(`annotation ${key}=${JSON.stringify(raw)} ignored: not a boolean (expected "true" or "false")`);
+    const shown = typeof raw === 'string' ? quoted(raw) : `(a ${raw === null ? 'null' : typeof raw}, not a string)`;
+    warnings.push(`annotation ${key}=${shown} ignored: not a boolean (expected "true" or "false")`);
   }
   return parsed;
 }
 
 /** Comma list, trimmed, empties dropped (as Istio); unusable names dropped with a warning. */
-function readInterfaceList(raw: string | undefined, warnings: string[]): string[] {
+function readInterfaceList(raw: unknown, warnings: string[]): string[] {
   if (raw === undefined) return [];
+  if (typeof raw !== 'string') {
+    warnings.push(`annotation ${ANNOTATION_REROUTE_VIRTUAL_INTERFACES} ignored: not a string`);
+    return [];
+  }
   const names: string[] = [];
+  let invalid = 0;
+  let overLimit = 0;
   for (const part of raw.split(',')) {
     const name = part.trim();
-    if (name === '') continue;
+    if (name === '' || names.includes(name)) continue;
     const problem = interfaceNameProblem(name);
     if (problem !== undefined) {
-      warnings.push(
-        `annotation ${ANNOTATION_REROUTE_VIRTUAL_INTERFACES}: interface ${JSON.stringify(name)} ignored: ${problem}`,
-      );
+      // One warning per bad name, up to a few: a huge hostile value must not flood the log.
+      if (++invalid <= MAX_WARNED_NAMES) {
+        warnings.push(`annotation ${ANNOTATION_REROUTE_VIRTUAL_INTERFACES}: interface ${quoted(name)} ignored: ${problem}`);
+      }
+      continue;
+    }
+    if (names.length >= MAX_VIRTUAL_INTERFACES) {
+      overLimit++;
       continue;
     }
     names.push(name);
+  }
+  if (invalid > MAX_WARNED_NAMES) {
+    warnings.push(`annotation ${ANNOTATION_REROUTE_VIRTUAL_INTERFACES}: ${invalid - MAX_WARNED_NAMES} more invalid interface names ignored`);
+  }
+  if (overLimit > 0) {
+    warnings.push(
+      `annotation ${ANNOTATION_REROUTE_VIRTUAL_INTERFACES}: ${overLimit} interface names past the first ${MAX_VIRTUAL_INTERFACES} ignored`,
+    );
   }
   return names;
 }

@@ -55,11 +55,27 @@ function wireShape(req: WorkloadRequest): Record<string, unknown> {
   return { snapshotSent: {} };
 }
 
+/** A lone UTF-16 surrogate: protobufjs would encode it as bytes that are not UTF-8. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** Every string of a message must be Unicode text: prost (and decodeStrict) refuse the rest. */
+function assertUnicode(value: unknown, path: string): void {
+  if (typeof value === 'string') {
+    if (LONE_SURROGATE.test(value)) {
+      throw new ZdsError('ZDS_INVALID_MESSAGE', `refusing to send ${path}: not valid Unicode (a lone surrogate would not be UTF-8)`, false);
+    }
+  } else if (typeof value === 'object' && value !== null) {
+    for (const [k, v] of Object.entries(value)) assertUnicode(v, `${path}.${k}`);
+  }
+}
+
 /**
  * Encodes a request and refuses, at the source, anything ztunnel would reject as unreadable:
- * an empty datagram (ztunnel reads it as EOF) or one over its 1024-byte buffer.
+ * an empty datagram (ztunnel reads it as EOF), one over its 1024-byte buffer, or a string that
+ * would not be UTF-8.
  */
 export function encodeRequest(req: WorkloadRequest): Uint8Array {
+  assertUnicode(req, 'WorkloadRequest');
   const bytes = types.request.encode(types.request.fromObject(wireShape(req))).finish();
   if (bytes.length === 0) throw new ZdsError('ZDS_INVALID_MESSAGE', 'refusing to send an empty ZDS datagram (ztunnel reads it as EOF)', false);
   if (bytes.length > MAX_DATAGRAM_BYTES) {
@@ -69,6 +85,7 @@ export function encodeRequest(req: WorkloadRequest): Uint8Array {
 }
 
 export function encodeResponse(res: WorkloadResponse): Uint8Array {
+  assertUnicode(res, 'WorkloadResponse');
   return types.response.encode(types.response.fromObject(res.ack ? { ack: withoutDefaults(res.ack) } : {})).finish();
 }
 
@@ -98,6 +115,7 @@ function validate(type: protobuf.Type, bytes: Uint8Array): Map<string, string> {
   const lastOneof = new Map<string, string>();
   while (reader.pos < reader.len) {
     const tag = reader.uint32();
+    if (tag >>> 3 === 0) throw new Error('invalid tag value: 0'); // prost's words; protobufjs would skip it
     const field = type.fieldsById[tag >>> 3];
     const wireType = tag & 7;
     if (!field) {
