@@ -3,9 +3,9 @@
 // 200 done, 400 unusable body (every field is validated), 413 body over 64 KiB, 404/405 wrong
 // route or method, 500 with the reason (the plugin fails the sandbox with it).
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { isIP } from 'node:net';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { closeServer, listenPrivateSocket } from '../util/http-server.js';
+import { isCniIdentifier, isDnsLabel, isDnsSubdomain, isPlainIp, MAX_CONTAINER_ID_BYTES, netnsPathProblem } from '../cni/fields.js';
 import { ROUTE_ADD, ROUTE_CHECK, ROUTE_DEL, type PluginAddEvent, type PluginDelEvent, type PluginIpConfig } from '../cni/protocol.js';
 
 const MAX_BODY_BYTES = 64 * 1024;
@@ -13,10 +13,6 @@ const MAX_BODY_BYTES = 64 * 1024;
 const MAX_IPS = 64;
 /** Kubernetes UIDs are UUIDs; the bound leaves room for other runtimes' IDs (as the plugin). */
 const MAX_POD_UID_BYTES = 128;
-/** Container IDs are 64 hex digits in practice; libcni sets no bound (as the plugin). */
-const MAX_CONTAINER_ID_BYTES = 1024;
-/** PATH_MAX, terminating NUL included. */
-const MAX_PATH_BYTES = 4095;
 /** Values quoted in a 400 reply are cut here: the reply ends up in the plugin's error object. */
 const MAX_SHOWN = 64;
 
@@ -38,32 +34,13 @@ function shown(value: string): string {
   return JSON.stringify(value.length <= MAX_SHOWN ? value : `${value.slice(0, MAX_SHOWN)}...`);
 }
 
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-/** libcni's rule for container IDs (and the plugin's for pod UIDs): ^[a-zA-Z0-9][a-zA-Z0-9_.-]*$ */
-const CNI_IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
-
 type Check = (value: string) => string | undefined;
 
-/** Kubernetes' IsDNS1123Subdomain (pod names). */
-const podName: Check = (v) => (v.length <= 253 && DNS_SUBDOMAIN.test(v) ? undefined : 'is not a Kubernetes pod name (DNS-1123 subdomain)');
-/** Kubernetes' IsDNS1123Label (namespaces). */
-const namespaceName: Check = (v) => (v.length <= 63 && DNS_LABEL.test(v) ? undefined : 'is not a Kubernetes namespace name (DNS-1123 label)');
-const podUid: Check = (v) =>
-  v.length <= MAX_POD_UID_BYTES && CNI_IDENTIFIER.test(v) ? undefined : `is not a pod UID (at most ${MAX_POD_UID_BYTES} of [A-Za-z0-9_.-])`;
-const containerId: Check = (v) => (v.length <= MAX_CONTAINER_ID_BYTES && CNI_IDENTIFIER.test(v) ? undefined : 'is not a container ID');
-
-/**
- * A netns path the agent may open: absolute, no NUL, within PATH_MAX, and no ".." segment (the
- * path is joined under --netns-root, which ".." would escape). The plugin checks the same.
- */
-const netnsPath: Check = (v) => {
-  if (!v.startsWith('/')) return 'is not an absolute path';
-  if (v.includes('\0')) return 'contains NUL';
-  if (Buffer.byteLength(v, 'utf8') > MAX_PATH_BYTES) return 'is longer than PATH_MAX';
-  if (v.split('/').includes('..')) return 'has a ".." segment';
-  return undefined;
-};
+const podName: Check = (v) => (isDnsSubdomain(v) ? undefined : 'is not a Kubernetes pod name (DNS-1123 subdomain)');
+const namespaceName: Check = (v) => (isDnsLabel(v) ? undefined : 'is not a Kubernetes namespace name (DNS-1123 label)');
+const podUid: Check = (v) => (isCniIdentifier(v, MAX_POD_UID_BYTES) ? undefined : `is not a pod UID (at most ${MAX_POD_UID_BYTES} of [A-Za-z0-9_.-])`);
+const containerId: Check = (v) => (isCniIdentifier(v, MAX_CONTAINER_ID_BYTES) ? undefined : 'is not a container ID');
+const netnsPath: Check = netnsPathProblem;
 
 /**
  * A string field: absent/null is '' (Go's zero value), and '' is accepted only when the field is
@@ -96,9 +73,6 @@ function mask(value: unknown, where: string): string {
   }
   return value;
 }
-
-/** An IP address as Go prints a net.IP: no zone (Node's isIP accepts "fe80::1%eth0"). */
-const isPlainIp = (v: string): boolean => isIP(v) !== 0 && !v.includes('%');
 
 function parseIp(raw: unknown, i: number): PluginIpConfig {
   const where = `IPs[${i}]`;

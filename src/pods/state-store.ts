@@ -5,8 +5,8 @@
 // a corrupt file costs that pod only, and is set aside as `<uid>.json.corrupt` for inspection.
 import { createHash } from 'node:crypto';
 import { closeSync, constants as fsConstants, fstatSync, mkdirSync, openSync, readdirSync, readSync, renameSync, rmSync } from 'node:fs';
-import { isIP } from 'node:net';
 import { join } from 'node:path';
+import { isCniIdentifier, isDnsLabel, isDnsSubdomain, isPlainIp, MAX_CONTAINER_ID_BYTES, netnsPathProblem } from '../cni/fields.js';
 import { atomicWriteFileSync } from '../util/atomic-file.js';
 
 export const STATE_DIR = 'pods';
@@ -62,16 +62,9 @@ const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isS
 // What the agent itself writes: Kubernetes names, a UID (UUID, the plugin's K8S_POD_UID or the
 // standalone `namespace/name`), a netns path the plugin-event server accepted. A file holding
 // anything else was not written by this agent and must not reach the netns opener or ZDS.
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-const CNI_IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
 const MAX_UID_LENGTH = 512;
 const MAX_IPS = 64;
-const isSubdomain = (v: string): boolean => v.length <= 253 && DNS_SUBDOMAIN.test(v);
-const isLabel = (v: string): boolean => v.length <= 63 && DNS_LABEL.test(v);
 const hasControl = (v: string): boolean => /[\u0000-\u001f\u007f]/.test(v);
-const isNetnsPath = (v: string): boolean =>
-  v.startsWith('/') && !v.includes('\0') && Buffer.byteLength(v, 'utf8') < 4096 && !v.split('/').includes('..');
 
 /** Checks every field: the file is input, and a bad one must not reach the netns opener. */
 export function parseEnrolledPod(text: string): EnrolledPod {
@@ -89,15 +82,16 @@ export function parseEnrolledPod(text: string): EnrolledPod {
   if (p['uid'] === '' || p['netnsPath'] === '') throw new Error('uid and netnsPath must not be empty');
   const uid = p['uid'] as string;
   if (uid.length > MAX_UID_LENGTH || hasControl(uid)) throw new Error(`uid must be at most ${MAX_UID_LENGTH} characters without control characters`);
-  if (!isSubdomain(p['name'] as string)) throw new Error('name is not a Kubernetes pod name');
-  if (!isLabel(p['namespace'] as string)) throw new Error('namespace is not a Kubernetes namespace name');
-  if (!isSubdomain(p['serviceAccount'] as string)) throw new Error('serviceAccount is not a Kubernetes service account name');
-  if (!isNetnsPath(p['netnsPath'] as string)) throw new Error('netnsPath must be an absolute path without NUL or ".." segments');
+  if (!isDnsSubdomain(p['name'] as string)) throw new Error('name is not a Kubernetes pod name');
+  if (!isDnsLabel(p['namespace'] as string)) throw new Error('namespace is not a Kubernetes namespace name');
+  if (!isDnsSubdomain(p['serviceAccount'] as string)) throw new Error('serviceAccount is not a Kubernetes service account name');
+  const netnsProblem = netnsPathProblem(p['netnsPath'] as string);
+  if (netnsProblem) throw new Error(`netnsPath ${netnsProblem}`);
   const containerId = p['containerId'] as string;
-  if (containerId !== '' && (containerId.length > 1024 || !CNI_IDENTIFIER.test(containerId))) throw new Error('containerId is not a container ID');
+  if (containerId !== '' && !isCniIdentifier(containerId, MAX_CONTAINER_ID_BYTES)) throw new Error('containerId is not a container ID');
   if (!isCount(p['netnsIno']) || !isCount(p['netnsDev'])) throw new Error('netnsIno and netnsDev must be non-negative integers');
   if (!Array.isArray(p['ips']) || !p['ips'].every(isString)) throw new Error('ips must be an array of strings');
-  if (p['ips'].length > MAX_IPS || !p['ips'].every((ip) => isIP(ip) !== 0 && !ip.includes('%'))) throw new Error(`ips must be at most ${MAX_IPS} IP addresses`);
+  if (p['ips'].length > MAX_IPS || !p['ips'].every(isPlainIp)) throw new Error(`ips must be at most ${MAX_IPS} IP addresses`);
   return {
     uid: p['uid'] as string,
     name: p['name'] as string,
@@ -164,8 +158,10 @@ export class PodStateStore {
 
   /** Persists the pod before returning; throws (ENOSPC, EROFS...) with the memory copy unchanged. */
   put(pod: EnrolledPod): void {
+    const text = `${JSON.stringify(pod)}\n`;
+    parseEnrolledPod(text); // never write what load() would set aside
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
-    atomicWriteFileSync(join(this.dir, stateFileName(pod.uid)), `${JSON.stringify(pod)}\n`, 0o600);
+    atomicWriteFileSync(join(this.dir, stateFileName(pod.uid)), text, 0o600);
     this.#pods.set(pod.uid, pod);
   }
 

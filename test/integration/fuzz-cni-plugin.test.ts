@@ -203,9 +203,13 @@ function configText(runDir: string): fc.Arbitrary<string> {
       version: fc.constantFrom(...SUPPORTED_VERSIONS, '0.2.0', '9.9.9'),
       prevResult: fc.option(prevResultArb, { nil: undefined }),
     })
-    .map(({ overrides, version, prevResult }) =>
-      spliceRaw(JSON.stringify(netconf(runDir, { cniVersion: version, ...(prevResult === undefined ? {} : { prevResult }), ...overrides }))),
-    );
+    .map(({ overrides, version, prevResult }) => {
+      // An empty or absent run dir makes the plugin use /var/run/istio-cni: never aim the fuzzer
+      // at an agent that might really run on this machine.
+      const runDirOverride = overrides['cni_agent_run_dir'];
+      if (runDirOverride === '' || runDirOverride === null) overrides['cni_agent_run_dir'] = `${runDir}/empty-override`;
+      return spliceRaw(JSON.stringify(netconf(runDir, { cniVersion: version, ...(prevResult === undefined ? {} : { prevResult }), ...overrides })));
+    });
 }
 
 type Mutation =
