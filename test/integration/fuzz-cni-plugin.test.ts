@@ -496,9 +496,17 @@ describe('fuzz: the istio-cni plugin binary', () => {
 
     it('invalid UTF-8 in CNI_ARGS and CNI_IFNAME (set through sh: Node only passes text)', async () => {
       const binary = requirePluginBinary();
-      const script = `CNI_ARGS="$(printf 'K8S_POD_NAMESPACE=shop;K8S_POD_NAME=w\\377\\300')" CNI_IFNAME="$(printf 'e\\355\\240\\200')" exec "$0"`;
+      // Node can only pass UTF-8 environment strings; python3 sets the raw bytes and execs the
+      // plugin (argv only: the bytes are in the fixed program text, nothing is interpolated).
+      const program = [
+        'import os, sys',
+        'env = dict(os.environb)',
+        "env[b'CNI_ARGS'] = b'K8S_POD_NAMESPACE=shop;K8S_POD_NAME=w\\xff\\xc0'",
+        "env[b'CNI_IFNAME'] = b'e\\xed\\xa0\\x80'",
+        'os.execve(sys.argv[1], [sys.argv[1]], env)',
+      ].join('\n');
       const run = await new Promise<RawPluginRun>((resolve, reject) => {
-        const child = spawn('/bin/sh', ['-c', script, binary], {
+        const child = spawn('python3', ['-c', program, binary], {
           env: { ...pluginBaseEnv(), CNI_COMMAND: 'ADD', CNI_CONTAINERID: 'c1', CNI_NETNS: '/var/run/netns/x' },
         });
         const out: Buffer[] = [];

@@ -6,8 +6,10 @@ import { describe, expect, it } from 'vitest';
 import { projectRoot } from '../../src/project-root.js';
 
 const ROOT = projectRoot(import.meta.url);
-const SCANNED = ['src', 'native', 'bench', 'scripts', 'test/helpers', 'test/fakes'];
+const SCANNED = ['src', 'native', 'bench', 'scripts', 'test'];
 const EXTENSIONS = /\.(ts|mjs|cc|h|sh)$/;
+/** This file spells the patterns out. */
+const SELF = 'test/unit/no-shell.test.ts';
 
 const FORBIDDEN: Array<[RegExp, string]> = [
   [/\bshell\s*:\s*true\b/, 'child_process option shell: true'],
@@ -27,7 +29,7 @@ function files(dir: string): string[] {
 }
 
 describe('no shell anywhere', () => {
-  const all = SCANNED.flatMap((d) => files(join(ROOT, d)));
+  const all = SCANNED.flatMap((d) => files(join(ROOT, d))).filter((p) => relative(ROOT, p) !== SELF);
 
   it('scans the shipped and test-support sources', () => {
     expect(all.length).toBeGreaterThan(50);
