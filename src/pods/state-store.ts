@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { closeSync, constants as fsConstants, fstatSync, mkdirSync, openSync, readdirSync, readSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { isCniIdentifier, isDnsLabel, isDnsSubdomain, isPlainIp, MAX_CONTAINER_ID_BYTES, netnsPathProblem } from '../cni/fields.js';
-import { atomicWriteFileSync } from '../util/atomic-file.js';
+import { atomicWriteFileSync, isAtomicTempName } from '../util/atomic-file.js';
 
 export const STATE_DIR = 'pods';
 const SUFFIX = '.json';
@@ -133,6 +133,10 @@ export class PodStateStore {
         return { pods: [], problems };
       }
       throw err;
+    }
+    // A crash between a write and its rename leaves a temp file; load() runs before any write.
+    for (const name of names.filter(isAtomicTempName)) {
+      rmSync(join(this.dir, name), { force: true });
     }
     for (const name of names.filter((n) => n.endsWith(SUFFIX)).sort()) {
       const file = join(this.dir, name);

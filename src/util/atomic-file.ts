@@ -23,6 +23,11 @@ export interface AtomicWriteOptions {
   gid?: number;
 }
 
+/** Whether `name` is a temp file an atomic write leaves behind when the process is killed mid-way. */
+export function isAtomicTempName(name: string): boolean {
+  return /\.tmp\.[0-9a-f]{12}$/.test(name);
+}
+
 function tempPath(path: string): string {
   return `${path}${TEMP_INFIX}${randomBytes(6).toString('hex')}`;
 }

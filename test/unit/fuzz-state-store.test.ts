@@ -124,6 +124,17 @@ describe('fuzz: the pod state store', () => {
   });
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
+  it('load() removes temp files a crash left between write and rename, and keeps the pods', () => {
+    const store = new PodStateStore(dir);
+    const pod: EnrolledPod = { uid: 'u1', name: 'web', namespace: 'shop', serviceAccount: 'default', netnsPath: '/var/run/netns/a', netnsIno: 1, netnsDev: 4, ips: ['10.0.0.5'], containerId: 'c1' };
+    store.put(pod);
+    const leftover = join(dir, STATE_DIR, `${stateFileName('u2')}.tmp.0123456789ab`);
+    writeFileSync(leftover, '{"uid":"u2"');
+    const loaded = new PodStateStore(dir).load();
+    expect(loaded).toEqual({ pods: [pod], problems: [] });
+    expect(existsSync(leftover)).toBe(false);
+  });
+
   it('parseEnrolledPod: arbitrary text gives a pod whose every field is valid, or an Error', fuzzTest(), () => {
     const text = fc.oneof(
       badContent.map((c) => c.toString()),
