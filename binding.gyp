@@ -1,4 +1,8 @@
 {
+  # sanitize=1 (scripts/test-asan.sh: node-gyp configure -- -Dsanitize=1) builds both targets
+  # with AddressSanitizer + UBSan; ASan cannot link -static, so the plugin is then dynamic and
+  # unstripped. The default (0) leaves the normal build exactly as it was.
+  "variables": { "sanitize%": 0 },
   "targets": [
     {
       "target_name": "ambient_native",
@@ -18,7 +22,13 @@
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-fexceptions", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers"],
       "libraries": ["-lnftables", "-lmnl", "-lpthread"],
-      "conditions": [["OS!='linux'", { "type": "none" }]]
+      "conditions": [
+        ["OS!='linux'", { "type": "none" }],
+        ["sanitize==1", {
+          "cflags_cc": ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined", "-g", "-O1"],
+          "ldflags": ["-fsanitize=address,undefined"]
+        }]
+      ]
     },
     {
       "target_name": "istio-cni",
@@ -44,7 +54,15 @@
         "Release": { "cflags!": ["-O3"], "cflags_cc!": ["-O3"] },
         "Debug": { "cflags!": ["-O3"], "cflags_cc!": ["-O3"] }
       },
-      "conditions": [["OS!='linux'", { "type": "none" }]]
+      "conditions": [
+        ["OS!='linux'", { "type": "none" }],
+        ["sanitize==1", {
+          "cflags_cc!": ["-Os"],
+          "cflags_cc": ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined", "-g", "-O1"],
+          "ldflags!": ["-static", "-s"],
+          "ldflags": ["-fsanitize=address,undefined"]
+        }]
+      ]
     }
   ]
 }

@@ -2,10 +2,15 @@
 // shell), CNI_* in the environment, the network config as JSON on stdin.
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { projectRoot } from '../../src/project-root.js';
 
-export const PLUGIN_BINARY = join(projectRoot(import.meta.url), 'build', 'Release', 'istio-cni');
+/** AMBIENT_CNI_PLUGIN selects another build (npm run test:asan: the sanitizer build in build-asan/). */
+export const PLUGIN_BINARY = process.env['AMBIENT_CNI_PLUGIN']
+  ? resolve(process.env['AMBIENT_CNI_PLUGIN'])
+  : join(projectRoot(import.meta.url), 'build', 'Release', 'istio-cni');
+/** Runtime options of a sanitizer build (no effect on the normal static binary), passed on when set. */
+const SANITIZER_ENV = ['ASAN_OPTIONS', 'UBSAN_OPTIONS', 'LSAN_OPTIONS'] as const;
 
 /** The binary path, or a clear failure telling how to build it. */
 export function requirePluginBinary(): string {
@@ -41,12 +46,14 @@ export interface PluginRun {
 }
 
 /**
- * Spawns the plugin with exactly `env` (plus PATH), never the test's own environment, so no
- * stray CNI_* variable leaks in. `stdin` objects are JSON-encoded; strings are sent verbatim.
+ * Spawns the plugin with exactly `env` (plus PATH and any sanitizer options), never the test's
+ * own environment, so no stray CNI_* variable leaks in. `stdin` objects are JSON-encoded; strings
+ * are sent verbatim.
  */
 export function runPlugin(env: Record<string, string | undefined>, stdin: unknown): Promise<PluginRun> {
   const binary = requirePluginBinary();
   const childEnv: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin' };
+  for (const k of SANITIZER_ENV) if (process.env[k] !== undefined) childEnv[k] = process.env[k]!;
   for (const [k, v] of Object.entries(env)) if (v !== undefined) childEnv[k] = v;
   const input = typeof stdin === 'string' ? stdin : JSON.stringify(stdin);
   return new Promise((resolve, reject) => {
