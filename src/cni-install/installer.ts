@@ -2,9 +2,9 @@
 // binary into the host's CNI bin dir and chains the `istio-cni` entry into the primary CNI
 // config, keeps both in place while the agent runs, and removes them on a real uninstall.
 
-import { type FSWatcher, watch as fsWatch } from 'node:fs';
+import { type FSWatcher, statSync, watch as fsWatch } from 'node:fs';
 import { chmod, mkdir, readdir, readFile, stat, unlink } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 
 import { type Logger, silentLogger } from '../ops/log.js';
 import { atomicCopyFile, atomicWriteFile } from '../util/atomic-file.js';
@@ -98,6 +98,13 @@ interface StatKey {
   size: number;
   mtimeMs: number;
   ctimeMs: number;
+}
+
+/** The file a plan was computed from changed before the plan was written. */
+class StalePlan extends Error {
+  constructor(file: string) {
+    super(`${file} changed while the CNI config was being updated`);
+  }
 }
 
 const errCode = (e: unknown): string | undefined => (e as NodeJS.ErrnoException | null)?.code;
@@ -225,8 +232,12 @@ export class CniInstaller {
       changed = true;
       this.#log.info({ path: target, bytes: src.length }, 'installed plugin binary');
     }
-    const after = await stat(target);
-    this.#binStat = { ino: after.ino, size: after.size, mtimeMs: after.mtimeMs, ctimeMs: after.ctimeMs };
+    // Remember the file as ours only from a stat taken before a read that matched: a change made
+    // between our write and here (another writer, a chmod) must not be taken for our own, else
+    // every later check would skip it ("untouched since"). Its event triggers the next check.
+    const after = await stat(target).catch(() => null);
+    const verified = after !== null && (after.mode & 0o7777) === BINARY_MODE && after.size === src.length && src.equals(await readFile(target).catch(() => Buffer.alloc(0)));
+    this.#binStat = verified ? { ino: after.ino, size: after.size, mtimeMs: after.mtimeMs, ctimeMs: after.ctimeMs } : null;
     return changed;
   }
 
@@ -379,6 +390,10 @@ export class CniInstaller {
     let changed = false;
     const current = await readOrNull(join(dir, plan.target));
     if (current === null || !sameConfig(current, plan.desired)) {
+      // The source may have been rewritten by its owner since it was planned from: writing the
+      // plan now would put the old content back (plus our entry) over the new. Re-plan instead.
+      const sourceNow = plan.source === null ? null : plan.source === plan.target ? current : await readOrNull(join(dir, plan.source));
+      if (plan.source !== null && sourceNow !== plan.sourceText) throw new StalePlan(plan.source);
       const opts = plan.uid !== undefined && plan.gid !== undefined ? { mode: plan.mode, uid: plan.uid, gid: plan.gid } : { mode: plan.mode };
       await atomicWriteFile(join(dir, plan.target), plan.desired, opts);
       changed = true;
@@ -431,7 +446,11 @@ export class CniInstaller {
         const r = await this.#serial(async () => {
           const plan = await this.#plan();
           if (plan === null) return null;
-          const changed = await this.#apply(plan);
+          const changed = await this.#apply(plan).catch((e: unknown) => {
+            if (e instanceof StalePlan) return null; // changed under us: its event wakes the wait at once
+            throw e;
+          });
+          if (changed === null) return null;
           if (changed) this.#log.info({ file: join(this.#opts.confDir, plan.target) }, 'chained istio-cni into the CNI config');
           return { file: join(this.#opts.confDir, plan.target), changed, priorityOk: plan.priorityOk };
         });
@@ -474,7 +493,7 @@ export class CniInstaller {
   // -------------------------------------------------------------------------------------------
   // Watching
 
-  async #reconcile(reason: string): Promise<void> {
+  async #reconcile(reason: string, replans = 0): Promise<void> {
     if (this.#uninstalled) return;
     try {
       if (await this.#installBinary()) this.#log.info({ reason }, 're-installed the plugin binary');
@@ -496,6 +515,7 @@ export class CniInstaller {
       const after = await this.#plan();
       this.#setReady(after !== null && after.priorityOk && (await this.#inPlace(after)));
     } catch (e) {
+      if (e instanceof StalePlan && replans < 3) return this.#reconcile(`${reason},changed-meanwhile`, replans + 1);
       this.#log.error({ err: e, reason }, 'CNI install check failed; retrying on the next change');
       this.#setReady(false);
     }
@@ -536,24 +556,51 @@ export class CniInstaller {
         timer = null;
         const why = [...pending].join(',');
         pending.clear();
-        void this.#serial(() => this.#reconcile(why));
+        void this.#serial(() => this.#reconcile(why)).then(() => {
+          if (!stopped) ensureAll();
+        });
       }, this.#debounceMs);
     };
-    const watchers = new Map<string, FSWatcher>();
-    const ensureWatch = (dir: string, accept: (name: string | null) => boolean, reason: string): void => {
-      if (watchers.has(dir)) return;
+    // A watch follows a directory inode: when the directory is deleted (and re-created, by us for
+    // the bin dir or by another CNI for the conf dir) the old watch sees nothing any more, so each
+    // check ends by re-validating the watches, and a renewed one is followed by one more check.
+    // Identity is the inode and its birth time (ext4 hands a re-created directory the freed inode
+    // number at once); the directory's own deletion also marks its watch as dead.
+    const watchers = new Map<string, { watcher?: FSWatcher; id: string; dead: boolean }>();
+    const identity = (dir: string): string | undefined => {
       try {
+        const st = statSync(dir);
+        return `${st.ino}:${st.birthtimeMs}`;
+      } catch {
+        return undefined;
+      }
+    };
+    const ensureWatch = (dir: string, accept: (name: string | null) => boolean, reason: string): void => {
+      const id = identity(dir);
+      const current = watchers.get(dir);
+      if (current && !current.dead && current.id === id) return;
+      if (current) {
+        current.watcher?.close();
+        watchers.delete(dir);
+      }
+      if (id === undefined) return; // Directory missing for now: the periodic check retries (and waits for a config meanwhile).
+      try {
+        const entry: { watcher?: FSWatcher; id: string; dead: boolean } = { id, dead: false };
         const w = fsWatch(dir, { persistent: false }, (_event, name) => {
-          if (accept(name === null ? null : String(name))) schedule(reason);
+          const n = name === null ? null : String(name);
+          if (n === basename(dir) && identity(dir) !== id) entry.dead = true; // the directory itself went
+          if (entry.dead || accept(n)) schedule(reason);
         });
+        entry.watcher = w;
         w.on('error', () => {
           w.close();
-          watchers.delete(dir);
+          if (watchers.get(dir) === entry) watchers.delete(dir);
           schedule(`${reason}-watch-error`);
         });
-        watchers.set(dir, w);
+        watchers.set(dir, entry);
+        if (current) schedule(`${reason}-rewatch`); // changes before the new watch started
       } catch {
-        // Directory missing for now: the periodic check retries (and waits for a config meanwhile).
+        // gone again meanwhile: the periodic check retries
       }
     };
     const ensureAll = (): void => {
@@ -572,7 +619,7 @@ export class CniInstaller {
       stopped = true;
       clearInterval(interval);
       if (timer !== null) clearTimeout(timer);
-      for (const w of watchers.values()) w.close();
+      for (const w of watchers.values()) w.watcher?.close();
       unsubscribe();
       await this.#queue;
     }

@@ -25,6 +25,10 @@ export interface FakeZtunnelOptions {
   helloVersion?: number;
   /** Answer each request this much later (a slow ztunnel binding listeners). */
   ackDelayMs?: number;
+  /** Per request delay (overrides ackDelayMs when it returns a number). */
+  ackDelayFor?: (req: WorkloadRequest) => number | undefined;
+  /** Keep only the last this many (up to twice as many) messages, for long soaks; default: all. */
+  maxMessages?: number;
 }
 
 export class FakeZtunnel {
@@ -32,6 +36,8 @@ export class FakeZtunnel {
   readonly running = new Map<string, { fd: number; inode: number }>();
   protocolError: string | undefined;
   closed = false;
+  /** Requests received so far (also those dropped from `messages` by maxMessages). */
+  received = 0;
   #socket: SeqpacketSocket;
   #snapshotSent = false;
   #inSnapshot = new Set<string>();
@@ -90,7 +96,7 @@ export class FakeZtunnel {
 
   #onDatagram(d: Datagram): void {
     if (d.eof) return this.close();
-    const index = this.messages.length;
+    const index = this.received; // = messages.length unless maxMessages dropped some
     const req = decodeRequest(d.data);
     if (!req) return this.#protocolError('no payload', d);
     if (this.options.dieOnRequest === index) {
@@ -100,9 +106,13 @@ export class FakeZtunnel {
     const inode = d.fds[0] !== undefined ? fstatSync(d.fds[0]).ino : undefined; // before #apply may close it
     const ack = this.#apply(req, d.fds);
     this.messages.push({ kind: requestKind(req), ...uidOf(req), fds: d.fds.length, ...(inode !== undefined ? { inode } : {}), ack });
+    this.received++;
+    const max = this.options.maxMessages;
+    if (max !== undefined && this.messages.length > 2 * max) this.messages.splice(0, this.messages.length - max);
     if (!this.protocolError && !this.options.silent?.(req, index)) {
       const reply = (): void => void this.#socket.send(encodeResponse({ ack: { error: ack } }), undefined, 1000).catch(() => {});
-      if (this.options.ackDelayMs) setTimeout(reply, this.options.ackDelayMs);
+      const delay = this.options.ackDelayFor?.(req) ?? this.options.ackDelayMs;
+      if (delay) setTimeout(reply, delay);
       else reply();
     }
     if (this.protocolError) this.close();
