@@ -14,6 +14,8 @@ import { writeEnablementSnapshot } from './enablement-file.js';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { CoreV1Api } from '@kubernetes/client-node';
 import type { PodSource, SourceDeps } from './pod-source.js';
+import { ADD_ANSWER_MS } from '../pods/enroller.js';
+import { answerWithin } from '../util/answer-within.js';
 
 export interface KubeSourceOptions {
   kc: KubeConfig;
@@ -30,6 +32,8 @@ export interface KubeSourceOptions {
   /** Tests replace the node-facing parts (host probe rules, /proc scan). */
   host?: HostProbes & { start(): Promise<void>; cleanup(): Promise<void> };
   finder?: NetnsFinder;
+  /** How long a CNI ADD may take before it is answered with what is pending (ADD_ANSWER_MS). */
+  addAnswerMs?: number;
 }
 
 export class KubernetesSource implements PodSource {
@@ -147,8 +151,17 @@ export class KubernetesSource implements PodSource {
     this.controller.queue.resume();
   }
 
+  /** Answered within ADD_ANSWER_MS like standalone mode (the plugin gives up after 5 s). */
   cniAdd(e: PluginAddEvent): Promise<void> {
-    return this.controller.cniAdd(e);
+    const pod = `${e.PodNamespace}/${e.PodName}`;
+    return answerWithin(this.controller.cniAdd(e), {
+      ms: this.opts.addAnswerMs ?? ADD_ANSWER_MS,
+      late: () => new Error(`pod ${pod} not enrolled within ${this.opts.addAnswerMs ?? ADD_ANSWER_MS} ms: its rules or ztunnel's ack are still pending; the enrolment carries on (a retried ADD completes it)`),
+      settledLate: (err) =>
+        err === undefined
+          ? this.deps.log.info({ pod }, 'late enrolment finished after the ADD was answered')
+          : this.deps.log.warn({ pod, err: (err as Error).message }, 'late enrolment failed after the ADD was answered'),
+    });
   }
 
   /** Istio: removal is driven by the informer (pod deleted or terminated), not by CNI DEL. */

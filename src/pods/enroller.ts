@@ -7,6 +7,7 @@ import { describeDrift, type DriftReport } from '../rules/drift.js';
 import type { InpodRuleManager } from '../rules/manager.js';
 import { NO_OVERRIDES } from '../rules/settings.js';
 import { KeyedQueue } from '../util/keyed-queue.js';
+import { answerWithin } from '../util/answer-within.js';
 import { mapLimit } from '../util/map-limit.js';
 import type { PodIdentity, PodRegistry } from '../zds/registry.js';
 import { PodNetnsOpener } from './netns-path.js';
@@ -116,9 +117,10 @@ export class PodEnroller {
   /** `work`'s outcome, or after addAnswerMs an error naming what it still waits for (it carries on). */
   #answerWithin(work: Promise<void>, pod: CniPod, progress: AddProgress): Promise<void> {
     const ms = this.deps.addAnswerMs ?? ADD_ANSWER_MS;
-    return new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        const log = this.#log.child({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid });
+    const log = (): Logger => this.#log.child({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid });
+    return answerWithin(work, {
+      ms,
+      late: () => {
         const pending =
           progress.stage === 'queued'
             ? 'an earlier ADD or DEL of this pod is still running'
@@ -126,23 +128,13 @@ export class PodEnroller {
               ? 'ztunnel has not acknowledged it (its in-pod rules are in place; the pod stays registered and goes to ztunnel with its next snapshot)'
               : 'its in-pod rules are not applied yet';
         const err = new Error(`pod ${pod.namespace}/${pod.name} not enrolled within ${ms} ms: ${pending}`);
-        log.warn({ err: err.message }, 'answering the ADD before the plugin gives up; the enrolment carries on');
-        reject(err);
-        work.then(
-          () => log.info('late enrolment finished after the ADD was answered'),
-          (e: unknown) => log.warn({ err: (e as Error).message }, 'late enrolment failed after the ADD was answered'),
-        );
-      }, ms);
-      work.then(
-        () => {
-          clearTimeout(timer);
-          resolve();
-        },
-        (err: unknown) => {
-          clearTimeout(timer);
-          reject(err as Error);
-        },
-      );
+        log().warn({ err: err.message }, 'answering the ADD before the plugin gives up; the enrolment carries on');
+        return err;
+      },
+      settledLate: (err) =>
+        err === undefined
+          ? log().info('late enrolment finished after the ADD was answered')
+          : log().warn({ err: (err as Error).message }, 'late enrolment failed after the ADD was answered'),
     });
   }
 

@@ -77,7 +77,7 @@ describe('Kubernetes mode', () => {
     return ns;
   }
 
-  async function startAgent(): Promise<Agent> {
+  async function startAgent(addAnswerMs?: number): Promise<Agent> {
     const kc = loadKubeConfig({ kubeconfig: api.kubeconfigPath })!;
     const finder = {
       find: async (pods: Array<{ uid: string }>) => {
@@ -88,7 +88,7 @@ describe('Kubernetes mode', () => {
     };
     const a = new Agent(config, {
       addon,
-      makeSource: (deps) => new KubernetesSource(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host, finder }),
+      makeSource: (deps) => new KubernetesSource(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host, finder, ...(addAnswerMs ? { addAnswerMs } : {}) }),
     });
     await a.start();
     agent = a;
@@ -262,6 +262,18 @@ describe('Kubernetes mode', () => {
     labelNamespace(AMBIENT);
     await until(() => running().includes('uid-plain'), 'namespace label enrolls the plain pod');
     expect(await postUnix(sock, '/cmdadd', event('ghost'))).toMatchObject({ status: 500, body: expect.stringContaining('not found in the informer cache') });
+  });
+
+  it('CNI ADD is answered before the plugin gives up when ztunnel is slow; the enrolment carries on', async () => {
+    addPodNetns('slow');
+    api.upsertPod(podObject('slow', { labels: AMBIENT, ips: [] }));
+    await startAgent(150);
+    ztunnel = await FakeZtunnel.connect(config.zdsSocket, { ackDelayFor: (req) => ('add' in req ? 400 : undefined) });
+    await ztunnel.waitFor(() => ztunnel!.snapshotSent);
+    const event = { Netns: '/var/run/netns/slow', PodName: 'slow', PodNamespace: 'shop', IPs: [{ Interface: 2, Address: { IP: '10.9.9.8', Mask: '////AA==' }, Gateway: '' }] };
+    const res = await postUnix(join(config.runDir, 'pluginevent.sock'), '/cmdadd', event);
+    expect(res).toMatchObject({ status: 500, body: expect.stringContaining('not enrolled within 150 ms') });
+    await until(() => running().includes('uid-slow') && annotation('slow') === 'enabled', 'the late enrolment completes');
   });
 
   it('keeps serving while the API server is down, and catches up with changes made meanwhile', async () => {
