@@ -12,6 +12,7 @@ import { CniRuntime, type CniPod, type CniResult } from '../src/demo/cni-runtime
 import { CNI_PLUGIN_DIR, type DemoEnvironment } from '../src/demo/environment.js';
 import type { DriverInput, DriverOutput } from './node-cni-driver.js';
 import { execTool, ip } from './support.js';
+import { procTcpSockets, TCP_LISTEN } from '../src/util/proc-tcp.js';
 
 export interface BenchPod {
   name: string;
@@ -187,20 +188,7 @@ export function listeningPorts(pid: number): number[] {
     }
   }
   const ports = new Set<number>();
-  for (const file of ['tcp', 'tcp6']) {
-    let text = '';
-    try {
-      text = readFileSync(`/proc/${pid}/net/${file}`, 'utf8');
-    } catch {
-      continue;
-    }
-    for (const line of text.split('\n').slice(1)) {
-      const cols = line.trim().split(/\s+/);
-      // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
-      if (cols.length < 10 || cols[3] !== '0A' || !inodes.has(cols[9] ?? '')) continue;
-      ports.add(parseInt((cols[1] ?? '').split(':')[1] ?? '', 16));
-    }
-  }
+  for (const sock of procTcpSockets(pid)) if (sock.state === TCP_LISTEN && inodes.has(sock.inode)) ports.add(sock.localPort);
   return [...ports].filter((p) => Number.isInteger(p)).sort((a, b) => a - b);
 }
 

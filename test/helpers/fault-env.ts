@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { NetAddon, NetnsHandle } from '../../src/addon/net-addon.js';
 import { CniRuntime, type CniCommand, type CniPod, type CniResult } from '../../src/demo/cni-runtime.js';
+import { procTcpSockets, TCP_ESTABLISHED } from '../../src/util/proc-tcp.js';
 import { CNI_PLUGIN_DIR, type DemoEnvironment } from '../../src/demo/environment.js';
 import { stateFileName, STATE_DIR } from '../../src/pods/state-store.js';
 import { describeDrift } from '../../src/rules/drift.js';
@@ -164,19 +165,7 @@ export function agentPid(runDir: string): number {
  * pool keeps the connection up to 5 s), not something the agent could leak per pod.
  */
 export function fdCount(pid: number): number {
-  const established = new Set<string>();
-  for (const file of ['tcp', 'tcp6']) {
-    let text = '';
-    try {
-      text = readFileSync(`/proc/${pid}/net/${file}`, 'utf8');
-    } catch {
-      continue;
-    }
-    for (const line of text.split('\n').slice(1)) {
-      const cols = line.trim().split(/\s+/);
-      if (cols.length >= 10 && cols[3] === '01') established.add(`socket:[${cols[9]}]`);
-    }
-  }
+  const established = new Set(procTcpSockets(pid).flatMap((sock) => (sock.state === TCP_ESTABLISHED ? [`socket:[${sock.inode}]`] : [])));
   return fdTable(pid).filter((entry) => !established.has(entry.slice(entry.indexOf(' ') + 1))).length;
 }
 

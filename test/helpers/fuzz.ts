@@ -53,12 +53,14 @@ export function pluginBaseEnv(): Record<string, string> {
  * exactly `env` (plus pluginBaseEnv()) and `stdin` as raw bytes, so that invalid UTF-8 reaches
  * it unchanged (runPlugin in plugin-exec.ts sends text).
  */
-export function runPluginBytes(env: Record<string, string | undefined>, stdin: Uint8Array): Promise<RawPluginRun> {
+export function runPluginBytes(env: Record<string, string | undefined>, stdin: Uint8Array, launcher: readonly string[] = []): Promise<RawPluginRun> {
   const binary = requirePluginBinary();
   const childEnv = pluginBaseEnv();
   for (const [k, v] of Object.entries(env)) if (v !== undefined) childEnv[k] = v;
+  // With a launcher (argv), it runs first and gets the plugin's path as its last argument.
+  const [program, ...args] = launcher.length > 0 ? [...launcher, binary] : [binary];
   return new Promise((resolve, reject) => {
-    const child = spawn(binary, [], { env: childEnv, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(program!, args, { env: childEnv, stdio: ['pipe', 'pipe', 'pipe'] });
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     child.stdout.on('data', (d: Buffer) => out.push(d));
