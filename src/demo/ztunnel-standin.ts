@@ -458,10 +458,15 @@ class PodProxy {
     const proxy = new PodProxy(uid, info, netns, ctx);
     const unadopted = new Set([dnsUdp, dnsTcp, inbound, outbound]);
     try {
-      await proxy.#adoptUdp(dnsUdp, unadopted);
-      await proxy.#adoptTcp(dnsTcp, unadopted, false, (s) => proxy.#onDnsTcp(s));
-      await proxy.#adoptTcp(inbound, unadopted, true, (s) => void proxy.#onCaptured(s, 'inbound'));
-      await proxy.#adoptTcp(outbound, unadopted, true, (s) => void proxy.#onCaptured(s, 'outbound'));
+      // Bound and listening already (the kernel queues connections): adopt all four at once.
+      const adopted = await Promise.allSettled([
+        proxy.#adoptUdp(dnsUdp, unadopted),
+        proxy.#adoptTcp(dnsTcp, unadopted, false, (s) => proxy.#onDnsTcp(s)),
+        proxy.#adoptTcp(inbound, unadopted, true, (s) => void proxy.#onCaptured(s, 'inbound')),
+        proxy.#adoptTcp(outbound, unadopted, true, (s) => void proxy.#onCaptured(s, 'outbound')),
+      ]);
+      const failed = adopted.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) throw failed.reason;
     } catch (err) {
       for (const fd of unadopted) closeSync(fd);
       await proxy.#closeSockets();

@@ -35,10 +35,10 @@ export async function onboardPod(deps: OnboardDeps, pod: PodIdentity, netns: Net
   const handle = deps.registry.register(pod, netns);
   if (!handle) throw new Error(`pod ${pod.uid}: no netns to enrol`);
   const start = process.hrtime.bigint();
-  const [rules, zds] = await Promise.allSettled([
-    deps.rules.apply(handle, overrides).then(() => msSince(start)),
-    deps.registry.announce(pod.uid).then(() => msSince(start)),
-  ]);
+  // ztunnel's half is the longer one (it enters the netns and binds four listeners): send first.
+  const announced = deps.registry.announce(pod.uid).then(() => msSince(start));
+  const applied = deps.rules.apply(handle, overrides).then(() => msSince(start));
+  const [rules, zds] = await Promise.allSettled([applied, announced]);
   if (rules.status === 'rejected') {
     if (!wasRegistered) await deps.registry.delete(pod.uid).catch(() => undefined);
     const reason = rules.reason as Error;

@@ -46,6 +46,8 @@ export class ZdsConnection {
   #snapshotSent = false;
   #expect: Expectation | undefined;
   #tail: Promise<unknown>;
+  /** Requests queued or in flight (after the snapshot). */
+  #queued = 0;
   #markReady!: () => void;
   #failReady!: (err: Error) => void;
   #closeReason: string | undefined;
@@ -100,7 +102,11 @@ export class ZdsConnection {
 
   /** Sends one request after everything queued before it; resolves with ztunnel's ack error text ('' = ok). */
   request(req: WorkloadRequest, netns?: FdSource): Promise<string> {
-    const run = this.#tail.then(() => this.#exchange(req, netns));
+    // Nothing queued after the snapshot: send now, in this tick (a pod's ADD should not wait for a
+    // microtask behind the rule install it runs alongside). Otherwise queue behind the others.
+    const direct = this.#state === 'ready' && this.#queued === 0;
+    this.#queued++;
+    const run = (direct ? this.#exchange(req, netns) : this.#tail.then(() => this.#exchange(req, netns))).finally(() => this.#queued--);
     this.#tail = run.catch(() => {});
     return run;
   }
