@@ -11,6 +11,7 @@
         "native/netns.cc",
         "native/netns_executor.cc",
         "native/nft_runner.cc",
+        "native/nft_tables.cc",
         "native/rtnl.cc",
         "native/marked_socket.cc",
         "native/spawn.cc",

@@ -14,6 +14,7 @@ extern char** environ;
 #include "netns_executor.h"
 #include "fd_poller.h"
 #include "nft_runner.h"
+#include "nft_tables.h"
 #include "seqpacket.h"
 #include "steps.h"
 
@@ -259,6 +260,23 @@ void ParseExec(const Napi::Object& o, Step* s) {
   s->timeout_ms = static_cast<int>(GetUintOr(o, "timeoutMs", 30000, kMaxTimeoutMs));
 }
 
+void ParseNftTables(const Napi::Object& o, Step* s) {
+  if (!NftFamilyFromName(GetString(o, "family"), &s->nft_family)) {
+    throw Napi::TypeError::New(o.Env(), "step.family must be inet, ip or ip6");
+  }
+  Napi::Value tables = o.Get("tables");
+  if (!tables.IsArray()) throw Napi::TypeError::New(o.Env(), "step.tables must be an array of table names");
+  Napi::Array arr = tables.As<Napi::Array>();
+  for (uint32_t i = 0; i < arr.Length(); i++) {
+    Napi::Value t = arr.Get(i);
+    std::string name = t.IsString() ? t.As<Napi::String>().Utf8Value() : "";
+    if (name.empty() || name.size() > kMaxNftTableName || name.find('\0') != std::string::npos) {
+      throw Napi::TypeError::New(o.Env(), "step.tables: names must be 1-255 bytes without NUL");
+    }
+    s->tables.push_back(name);
+  }
+}
+
 void ParseRule(const Napi::Object& o, Step* s) {
   s->rule.family = GetFamily(o);
   s->rule.mark = GetUint(o, "mark");
@@ -305,6 +323,9 @@ Step ParseStep(const Napi::Object& o) {
     ParseExec(o, &s);
   } else if (op == "netnsId") {
     s.op = StepOp::kNetnsId;
+  } else if (op == "deleteNftTables") {
+    s.op = StepOp::kDeleteNftTables;
+    ParseNftTables(o, &s);
   } else {
     throw Napi::TypeError::New(o.Env(), "unknown step op: " + op);
   }

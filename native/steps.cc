@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "nft_runner.h"
+#include "nft_tables.h"
 
 namespace ana {
 namespace {
@@ -62,6 +63,9 @@ bool RunStep(const Step& s, LazyRtnl* rtnl, StepResult* r, SysError* err) {
     case StepOp::kExec:
       return SpawnAndWait(s.argv, s.input, s.timeout_ms, &r->spawn, err, s.replace_env, s.env);
     case StepOp::kNetnsId: return CurrentThreadNetns(&r->netns, err);
+    case StepOp::kDeleteNftTables:
+      r->changed = true;
+      return DeleteNftTables(s.nft_family, s.tables, err);
     default: return RunRouting(s, rtnl, r, err);
   }
 }

@@ -28,6 +28,7 @@ enum class StepOp {
   kSocket,
   kExec,
   kNetnsId,             // report the namespace the step runs in
+  kDeleteNftTables,     // delete whole tables with a raw nfnetlink batch (no libnftables lock)
 };
 
 struct Step {
@@ -47,6 +48,8 @@ struct Step {
   int timeout_ms = 30000;
   bool replace_env = false;        // kExec: run with exactly `env`
   std::vector<std::string> env;    // "NAME=value"
+  uint8_t nft_family = 0;          // kDeleteNftTables: NFPROTO_*
+  std::vector<std::string> tables; // kDeleteNftTables
 };
 
 struct StepResult {

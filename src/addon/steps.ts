@@ -49,6 +49,11 @@ export interface ExecStep {
   env?: Record<string, string>;
 }
 export interface NetnsIdStep { op: 'netnsId' }
+/**
+ * Deletes whole nftables tables in one raw nfnetlink batch, outside libnftables' process-wide
+ * lock (deleting base chains waits for an RCU grace period); missing tables are fine.
+ */
+export interface DeleteNftTablesStep { op: 'deleteNftTables'; family: 'inet' | 'ip' | 'ip6'; tables: string[] }
 
 export type Step =
   | NftStep
@@ -62,7 +67,8 @@ export type Step =
   | ListAddressesStep
   | SocketStep
   | ExecStep
-  | NetnsIdStep;
+  | NetnsIdStep
+  | DeleteNftTablesStep;
 
 export interface NftResult { op: 'nft'; output: string }
 export interface ChangeResult { op: string; changed: boolean; skipped: boolean }

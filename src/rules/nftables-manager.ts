@@ -7,7 +7,7 @@ import type { InpodRuleManager } from './manager.js';
 import { wrapRuleError } from './manager.js';
 import { buildInpodModel } from './model.js';
 import { parseNftListing } from './nft-listing.js';
-import { renderInpodNftables, renderInpodNftablesDelete } from './nftables.js';
+import { inpodNftablesDeleteStep, renderInpodNftables } from './nftables.js';
 import { routingApplySteps, routingDeleteSteps, routingDrift, routingListSteps, routingStates } from './routing.js';
 import { NO_OVERRIDES, type PodOverrides, type RuleSettings } from './settings.js';
 
@@ -45,7 +45,7 @@ export class NftablesInpodRules implements InpodRuleManager {
 
   remove(ns: NetnsHandle): Promise<void> {
     return wrapRuleError('remove', ns, this.backend, async () => {
-      await this.addon.run(ns, [{ op: 'nft', script: renderInpodNftablesDelete() }, ...routingDeleteSteps(this.settings.ipv6)]);
+      await this.addon.run(ns, [inpodNftablesDeleteStep(), ...routingDeleteSteps(this.settings.ipv6)]);
     });
   }
 

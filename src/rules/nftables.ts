@@ -17,6 +17,7 @@ import {
   NFT_TABLE_NAT,
   NFT_TABLE_RAW,
 } from './constants.js';
+import type { DeleteNftTablesStep } from '../addon/steps.js';
 import {
   chainsUsed,
   hooksUsed,
@@ -177,6 +178,11 @@ export function renderHostNftables(hostModel: HostModel, kubeletUid: number): st
 }
 
 /** Removes all three in-pod tables, whichever exist; the `add` keeps `delete` from failing. */
+/** The in-pod delete as one addon step (the same effect as renderInpodNftablesDelete's text). */
+export function inpodNftablesDeleteStep(): DeleteNftTablesStep {
+  return { op: 'deleteNftTables', family: NFT_FAMILY, tables: INPOD_TABLES.map((table) => TABLE_NAMES[table]) };
+}
+
 export function renderInpodNftablesDelete(): string {
   return transaction(
     INPOD_TABLES.flatMap((table) => [

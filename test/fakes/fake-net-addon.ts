@@ -102,6 +102,10 @@ export class FakeNetAddon implements NetAddon {
         if (step.script === 'list ruleset') return { op: 'nft', output: ns.listing };
         ns.nftScripts.push(step.script);
         return { op: 'nft', output: '' };
+      case 'deleteNftTables':
+        // Recorded as the nft text with the same effect, so tests read one history of nft changes.
+        ns.nftScripts.push(step.tables.map((t) => `delete table ${step.family} ${t}`).join('\n'));
+        return { op: step.op, changed: true, skipped: false };
       case 'addFwmarkRule': {
         const { op: _op, ...rule } = step;
         const exists = ns.rules.some((r) => JSON.stringify(r) === JSON.stringify(rule));

@@ -46,16 +46,19 @@ describe('NftablesInpodRules', () => {
     expect(pod.rules).toHaveLength(2); // applying twice leaves one copy
   });
 
-  it('removes with Istio delete transaction, then the ip rule and route; removing twice succeeds', async () => {
+  it("removes Istio's three tables in one batch (outside libnftables), then the ip rule and route; removing twice succeeds", async () => {
     const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
     const ns = addon.openNetns(POD);
     await manager.apply(ns, NO_OVERRIDES);
     await manager.remove(ns);
     await manager.remove(ns);
-    expect(pod.nftScripts.slice(1)).toEqual([renderInpodNftablesDelete(), renderInpodNftablesDelete()]);
+    const deleted = 'delete table inet istio-ambient-nat\ndelete table inet istio-ambient-mangle\ndelete table inet istio-ambient-raw';
+    expect(pod.nftScripts.slice(1)).toEqual([deleted, deleted]);
+    // The same tables as Istio's delete transaction names.
+    expect(renderInpodNftablesDelete()).toContain('delete table inet istio-ambient-raw');
     expect(pod.rules).toEqual([]);
     expect(pod.routes).toEqual([]);
-    expect(addon.runs[1]!.steps.map((s) => s.op)).toEqual(['nft', 'deleteFwmarkRule', 'deleteLocalRoute']);
+    expect(addon.runs[1]!.steps.map((s) => s.op)).toEqual(['deleteNftTables', 'deleteFwmarkRule', 'deleteLocalRoute']);
   });
 
   it('turns a failure into a RuleOperationError that keeps the system error code', async () => {

@@ -1,0 +1,135 @@
+#include "nft_tables.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <libmnl/libmnl.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include <vector>
+
+namespace ana {
+namespace {
+
+constexpr size_t kBufSize = 32768;
+constexpr int kReplyTimeoutSec = 10;
+
+class NetfilterSocket {
+ public:
+  ~NetfilterSocket() {
+    if (sock_) mnl_socket_close(sock_);
+  }
+
+  bool Open(SysError* err) {
+    sock_ = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
+    if (!sock_) return Fail(err, "socket");
+    if (mnl_socket_bind(sock_, 0, MNL_SOCKET_AUTOPID) < 0) return Fail(err, "bind");
+    // A kernel that never answers must not hold a netns thread forever.
+    timeval tv{kReplyTimeoutSec, 0};
+    if (setsockopt(mnl_socket_get_fd(sock_), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) return Fail(err, "setsockopt");
+    return true;
+  }
+
+  mnl_socket* get() const { return sock_; }
+
+ private:
+  static bool Fail(SysError* err, const char* syscall) {
+    *err = SysError::FromErrno(errno, syscall, "NETLINK_NETFILTER");
+    return false;
+  }
+
+  mnl_socket* sock_ = nullptr;
+};
+
+nlmsghdr* PutMessage(mnl_nlmsg_batch* batch, uint16_t type, uint16_t flags, uint8_t family, uint16_t res_id,
+                     uint32_t seq) {
+  nlmsghdr* nlh = mnl_nlmsg_put_header(mnl_nlmsg_batch_current(batch));
+  nlh->nlmsg_type = type;
+  nlh->nlmsg_flags = NLM_F_REQUEST | flags;
+  nlh->nlmsg_seq = seq;
+  auto* nfg = static_cast<nfgenmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(nfgenmsg)));
+  nfg->nfgen_family = family;
+  nfg->version = NFNETLINK_V0;
+  nfg->res_id = htons(res_id);
+  return nlh;
+}
+
+void PutTableMessage(mnl_nlmsg_batch* batch, int msg, uint16_t flags, uint8_t family, const std::string& table,
+                     uint32_t seq) {
+  nlmsghdr* nlh = PutMessage(batch, static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | msg), flags | NLM_F_ACK,
+                             family, 0, seq);
+  mnl_attr_put_strz(nlh, NFTA_TABLE_NAME, table.c_str());
+  mnl_nlmsg_batch_next(batch);
+}
+
+// Reads acknowledgements until `expected` arrived; the first kernel error wins.
+bool ReadAcks(mnl_socket* sock, size_t expected, SysError* err) {
+  std::vector<char> buf(kBufSize);
+  int kernel_errno = 0;
+  for (size_t acked = 0; acked < expected;) {
+    ssize_t n = mnl_socket_recvfrom(sock, buf.data(), buf.size());
+    if (n < 0) {
+      *err = SysError::FromErrno(errno, "recvfrom", "NETLINK_NETFILTER");
+      return false;
+    }
+    int len = static_cast<int>(n);
+    for (auto* nlh = reinterpret_cast<const nlmsghdr*>(buf.data()); mnl_nlmsg_ok(nlh, len);
+         nlh = mnl_nlmsg_next(nlh, &len)) {
+      if (nlh->nlmsg_type != NLMSG_ERROR) continue;
+      acked++;
+      auto* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
+      // An aborted batch answers only the failing message: stop at the first error.
+      if (e->error != 0) {
+        kernel_errno = -e->error;
+        acked = expected;
+        break;
+      }
+    }
+  }
+  if (kernel_errno != 0) {
+    *err = SysError::FromErrno(kernel_errno, "nfnetlink", "NFT_MSG_DELTABLE", "the kernel refused the table delete batch");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool NftFamilyFromName(const std::string& name, uint8_t* family) {
+  if (name == "inet") *family = NFPROTO_INET;
+  else if (name == "ip") *family = NFPROTO_IPV4;
+  else if (name == "ip6") *family = NFPROTO_IPV6;
+  else return false;
+  return true;
+}
+
+bool DeleteNftTables(uint8_t family, const std::vector<std::string>& tables, SysError* err) {
+  if (tables.empty()) return true;
+  NetfilterSocket sock;
+  if (!sock.Open(err)) return false;
+  std::vector<char> buf(kBufSize);
+  mnl_nlmsg_batch* batch = mnl_nlmsg_batch_start(buf.data(), buf.size());
+  uint32_t seq = static_cast<uint32_t>(time(nullptr));
+  PutMessage(batch, NFNL_MSG_BATCH_BEGIN, 0, AF_UNSPEC, NFNL_SUBSYS_NFTABLES, seq++);
+  mnl_nlmsg_batch_next(batch);
+  for (const auto& table : tables) {
+    PutTableMessage(batch, NFT_MSG_NEWTABLE, NLM_F_CREATE, family, table, seq++);
+    PutTableMessage(batch, NFT_MSG_DELTABLE, 0, family, table, seq++);
+  }
+  PutMessage(batch, NFNL_MSG_BATCH_END, 0, AF_UNSPEC, NFNL_SUBSYS_NFTABLES, seq++);
+  mnl_nlmsg_batch_next(batch);
+  bool sent = mnl_socket_sendto(sock.get(), mnl_nlmsg_batch_head(batch), mnl_nlmsg_batch_size(batch)) >= 0;
+  int send_errno = errno;
+  mnl_nlmsg_batch_stop(batch);
+  if (!sent) {
+    *err = SysError::FromErrno(send_errno, "sendto", "NETLINK_NETFILTER");
+    return false;
+  }
+  return ReadAcks(sock.get(), 2 * tables.size(), err);
+}
+
+}  // namespace ana

@@ -1,0 +1,26 @@
+// Deleting whole nftables tables with one raw nfnetlink batch, without libnftables: the kernel
+// spends an RCU grace period (~17 ms) on deleting base chains, and libnftables calls are
+// serialised process-wide, so a delete through it would hold every other pod's ADD for that long.
+#pragma once
+
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+#include "sys_error.h"
+
+namespace ana {
+
+// NFT_TABLE_MAXNAMELEN is 256 with the terminating NUL.
+constexpr size_t kMaxNftTableName = 255;
+
+// "inet", "ip", "ip6" -> NFPROTO_*; false for anything else.
+bool NftFamilyFromName(const std::string& name, uint8_t* family);
+
+// In the calling thread's network namespace, deletes `tables` of `family` (NFPROTO_*) in one
+// atomic transaction; tables that do not exist are fine (each is created, then deleted, in the
+// same batch, exactly like nft's "add table; delete table").
+bool DeleteNftTables(uint8_t family, const std::vector<std::string>& tables, SysError* err);
+
+}  // namespace ana
