@@ -97,14 +97,8 @@ export class PodEnroller {
         throw new Error(`cannot record the pod in ${this.deps.store.dir}: ${(err as Error).message}`, { cause: err });
       }
       try {
-        const rules = this.deps.rules;
-        const tracked: InpodRuleManager = {
-          backend: rules.backend,
-          apply: (ns, overrides) => rules.apply(ns, overrides).then(() => void (progress.rulesApplied = true)),
-          remove: (ns) => rules.remove(ns),
-          verify: (ns, overrides) => rules.verify(ns, overrides),
-        };
-        const timings = await onboardPod({ rules: tracked, registry: this.deps.registry }, this.#identity(pod), netns, NO_OVERRIDES);
+        const deps = { ...this.deps, onRulesApplied: () => void (progress.rulesApplied = true) };
+        const timings = await onboardPod(deps, this.#identity(pod), netns, NO_OVERRIDES);
         log.info({ ...timings, netnsIno: netns.ino }, 'pod enrolled');
       } catch (err) {
         if (err instanceof RuleApplyError && !wasStored) this.deps.store.remove(pod.uid);

@@ -19,6 +19,8 @@ export interface OnboardTimings {
 export interface OnboardDeps {
   rules: InpodRuleManager;
   registry: PodRegistry;
+  /** Called as soon as the rules are in (a slow ztunnel can then be reported as the hold-up). */
+  onRulesApplied?: () => void;
 }
 
 const msSince = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e6;
@@ -37,7 +39,10 @@ export async function onboardPod(deps: OnboardDeps, pod: PodIdentity, netns: Net
   const start = process.hrtime.bigint();
   // ztunnel's half is the longer one (it enters the netns and binds four listeners): send first.
   const announced = deps.registry.announce(pod.uid).then(() => msSince(start));
-  const applied = deps.rules.apply(handle, overrides).then(() => msSince(start));
+  const applied = deps.rules.apply(handle, overrides).then(() => {
+    deps.onRulesApplied?.();
+    return msSince(start);
+  });
   const [rules, zds] = await Promise.allSettled([applied, announced]);
   if (rules.status === 'rejected') {
     if (!wasRegistered) await deps.registry.delete(pod.uid).catch(() => undefined);
