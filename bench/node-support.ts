@@ -150,20 +150,6 @@ export class BenchPods {
 
 // ---- the agent process ----------------------------------------------------------------------
 
-/** The agent child started by DemoEnvironment: `node .../main.js run ... --run-dir <runDir>`. */
-export function findAgentPid(runDir: string): number | undefined {
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
-      const i = argv.indexOf('--run-dir');
-      if (argv.some((a) => a.endsWith('main.js')) && argv.includes('run') && i >= 0 && argv[i + 1] === runDir) return Number(entry);
-    } catch {
-      // exited meanwhile
-    }
-  }
-  return undefined;
-}
 
 export interface Footprint {
   rssMb: number;

@@ -23,7 +23,6 @@ import {
   BenchPods,
   cdfSvg,
   deltaMs,
-  findAgentPid,
   footprint,
   histogramQuantileMs,
   listeningPorts,
@@ -402,7 +401,7 @@ async function main(): Promise<void> {
     useAddonSpawner(env.addon);
     pods = new BenchPods(env);
     r.pluginBytes = statSync(join(projectRoot(), 'build', 'Release', 'istio-cni')).size;
-    const pid = findAgentPid(env.runDir);
+    const pid = env.agentPid;
     if (pid === undefined) r.notes.push('agent pid not found: no footprint');
     let metricsPort: number | undefined;
     if (pid !== undefined) {
@@ -451,7 +450,7 @@ async function main(): Promise<void> {
       if (!wanted('restart')) r.notes.push('restart skipped (BENCH_PHASES)');
       if (pid !== undefined) r.with110 = footprint(pid);
       await phase('restart', () => restart(r, env));
-      const newPid = findAgentPid(env.runDir);
+      const newPid = env.agentPid;
       if (newPid !== undefined) r.afterRestart = footprint(newPid);
     }
     await bp.removeAll();

@@ -114,6 +114,11 @@ export class DemoEnvironment {
     this.#agentNodeArgs = options.agentNodeArgs ?? [];
   }
 
+  /** The running agent process (startAgent), if any. */
+  get agentPid(): number | undefined {
+    return this.#agent?.pid;
+  }
+
   get healthPort(): number {
     return this.#healthPort;
   }

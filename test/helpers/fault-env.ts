@@ -4,7 +4,7 @@
 // separate runtime process (cni-driver.mjs), the agent process's fds, and an independent check
 // of a pod's in-pod rules (the agent's own verify plus the nft and ip binaries' listings).
 import { spawn } from 'node:child_process';
-import { readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { readdirSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { NetAddon, NetnsHandle } from '../../src/addon/net-addon.js';
@@ -144,19 +144,11 @@ export async function runCni(env: DemoEnvironment, jobs: DriverJob[]): Promise<C
 
 // ---- the agent process ----------------------------------------------------------------------
 
-/** The agent DemoEnvironment started: `node .../main.js run ... --run-dir <runDir>`. */
-export function agentPid(runDir: string): number {
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
-      const i = argv.indexOf('--run-dir');
-      if (argv.some((a) => a.endsWith('main.js')) && argv.includes('run') && i >= 0 && argv[i + 1] === runDir) return Number(entry);
-    } catch {
-      // exited meanwhile
-    }
-  }
-  throw new Error(`no agent process with --run-dir ${runDir}`);
+/** The agent process DemoEnvironment started. */
+export function agentPid(env: DemoEnvironment): number {
+  const pid = env.agentPid;
+  if (pid === undefined) throw new Error('the demo environment has no agent running');
+  return pid;
 }
 
 /**

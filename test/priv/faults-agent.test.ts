@@ -135,7 +135,7 @@ describe.skipIf(skip)(`agent SIGKILLed in the middle of a 50-pod burst of real C
     // Nothing else anywhere: one state file and one ztunnel pod per live pod, one netns fd each in the agent.
     expect(stateFiles(env.runDir)).toEqual(live.map((p) => stateFileOf(env.runDir, p.uid).split('/').at(-1)).sort());
     expect([...env.standIn!.pods().keys()].sort()).toEqual(live.map((p) => p.uid).sort());
-    expect(netnsFdCount(agentPid(env.runDir))).toBe(live.length);
+    expect(netnsFdCount(agentPid(env))).toBe(live.length);
   }, 90_000);
 });
 
@@ -206,7 +206,7 @@ describe.skipIf(skip)(`ztunnel misbehaving, netns vanishing, DEL during ADD${rea
     runtime = cniRuntime(env, env.addon, node);
     // Three enrolled pods, so every ztunnel connection gets a snapshot with entries.
     for (let i = 0; i < 3; i++) await runtime.add(newPod('base').cni);
-    pid = agentPid(env.runDir);
+    pid = agentPid(env);
     baselineFds = await settledFdCount(pid);
   }, 60_000);
 

@@ -151,7 +151,7 @@ describe.skipIf(skip)(`damaged pod registry and a full disk${skip ? ` — skippe
 
   it('disk full: a new ADD fails with a clear error and enrols nothing; enrolled pods and serving are unaffected', async () => {
     const enrolled = pods.filter((p) => env.standIn!.pods().has(p.uid));
-    const pid = agentPid(env.runDir);
+    const pid = agentPid(env);
     const before = netnsFds(pid);
     fillDisk();
     const pod = newPod('full');
