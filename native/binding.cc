@@ -97,6 +97,7 @@ Napi::Object ResultToJs(Napi::Env env, const Step& step, const StepResult& r) {
   o.Set("op", step.name);
   switch (step.op) {
     case StepOp::kNft: o.Set("output", r.output); break;
+    case StepOp::kNftGeneration: o.Set("generation", static_cast<double>(r.generation)); break;
     case StepOp::kSocket: o.Set("fd", r.fd); break;
     case StepOp::kDeviceHasIpv6: o.Set("hasIpv6", r.flag); break;
     case StepOp::kNetnsId:
@@ -323,6 +324,8 @@ Step ParseStep(const Napi::Object& o) {
     ParseExec(o, &s);
   } else if (op == "netnsId") {
     s.op = StepOp::kNetnsId;
+  } else if (op == "nftGeneration") {
+    s.op = StepOp::kNftGeneration;
   } else if (op == "deleteNftTables") {
     s.op = StepOp::kDeleteNftTables;
     ParseNftTables(o, &s);

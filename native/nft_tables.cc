@@ -133,3 +133,49 @@ bool DeleteNftTables(uint8_t family, const std::vector<std::string>& tables, Sys
 }
 
 }  // namespace ana
+
+namespace ana {
+
+bool NftGeneration(uint32_t* generation, SysError* err) {
+  NetfilterSocket sock;
+  if (!sock.Open(err)) return false;
+  std::vector<char> buf(kBufSize);
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
+  nlh->nlmsg_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN;
+  nlh->nlmsg_flags = NLM_F_REQUEST;
+  nlh->nlmsg_seq = static_cast<uint32_t>(time(nullptr));
+  auto* nfg = static_cast<nfgenmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(nfgenmsg)));
+  nfg->nfgen_family = AF_UNSPEC;
+  nfg->version = NFNETLINK_V0;
+  nfg->res_id = 0;
+  if (mnl_socket_sendto(sock.get(), nlh, nlh->nlmsg_len) < 0) {
+    *err = SysError::FromErrno(errno, "sendto", "NETLINK_NETFILTER");
+    return false;
+  }
+  ssize_t n = mnl_socket_recvfrom(sock.get(), buf.data(), buf.size());
+  if (n < 0) {
+    *err = SysError::FromErrno(errno, "recvfrom", "NETLINK_NETFILTER");
+    return false;
+  }
+  int len = static_cast<int>(n);
+  for (auto* m = reinterpret_cast<const nlmsghdr*>(buf.data()); mnl_nlmsg_ok(m, len); m = mnl_nlmsg_next(m, &len)) {
+    if (m->nlmsg_type == NLMSG_ERROR) {
+      auto* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(m));
+      *err = SysError::FromErrno(e->error ? -e->error : EPROTO, "nfnetlink", "NFT_MSG_GETGEN");
+      return false;
+    }
+    if (m->nlmsg_type != ((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN)) continue;
+    auto* attr = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(m, sizeof(nfgenmsg)));
+    auto* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(m));
+    for (; mnl_attr_ok(attr, static_cast<int>(tail - reinterpret_cast<const char*>(attr))); attr = mnl_attr_next(attr)) {
+      if (mnl_attr_get_type(attr) == NFTA_GEN_ID && mnl_attr_get_payload_len(attr) == sizeof(uint32_t)) {
+        *generation = ntohl(mnl_attr_get_u32(attr));
+        return true;
+      }
+    }
+  }
+  *err = SysError::FromErrno(EPROTO, "nfnetlink", "NFT_MSG_GETGEN", "no generation in the kernel's answer");
+  return false;
+}
+
+}  // namespace ana

@@ -23,4 +23,8 @@ bool NftFamilyFromName(const std::string& name, uint8_t* family);
 // same batch, exactly like nft's "add table; delete table").
 bool DeleteNftTables(uint8_t family, const std::vector<std::string>& tables, SysError* err);
 
+// The calling thread's namespace's nftables ruleset generation (NFT_MSG_GETGEN): the kernel adds
+// one with every committed transaction, so an unchanged number means an unchanged ruleset.
+bool NftGeneration(uint32_t* generation, SysError* err);
+
 }  // namespace ana

@@ -63,6 +63,7 @@ bool RunStep(const Step& s, LazyRtnl* rtnl, StepResult* r, SysError* err) {
     case StepOp::kExec:
       return SpawnAndWait(s.argv, s.input, s.timeout_ms, &r->spawn, err, s.replace_env, s.env);
     case StepOp::kNetnsId: return CurrentThreadNetns(&r->netns, err);
+    case StepOp::kNftGeneration: return NftGeneration(&r->generation, err);
     case StepOp::kDeleteNftTables:
       r->changed = true;
       return DeleteNftTables(s.nft_family, s.tables, err);

@@ -29,6 +29,7 @@ enum class StepOp {
   kExec,
   kNetnsId,             // report the namespace the step runs in
   kDeleteNftTables,     // delete whole tables with a raw nfnetlink batch (no libnftables lock)
+  kNftGeneration,       // the namespace's nftables ruleset generation
 };
 
 struct Step {
@@ -63,6 +64,7 @@ struct StepResult {
   std::vector<AddressEntry> addresses;
   SpawnResult spawn;
   NetnsId netns;
+  uint32_t generation = 0;  // kNftGeneration
 };
 
 // Runs the steps in order on the calling thread, stopping at the first failure. On failure

@@ -53,6 +53,8 @@ export interface NetnsIdStep { op: 'netnsId' }
  * Deletes whole nftables tables in one raw nfnetlink batch, outside libnftables' process-wide
  * lock (deleting base chains waits for an RCU grace period); missing tables are fine.
  */
+/** The namespace's nftables ruleset generation: +1 with every committed transaction. */
+export interface NftGenerationStep { op: 'nftGeneration' }
 export interface DeleteNftTablesStep { op: 'deleteNftTables'; family: 'inet' | 'ip' | 'ip6'; tables: string[] }
 
 export type Step =
@@ -68,6 +70,7 @@ export type Step =
   | SocketStep
   | ExecStep
   | NetnsIdStep
+  | NftGenerationStep
   | DeleteNftTablesStep;
 
 export interface NftResult { op: 'nft'; output: string }
@@ -82,6 +85,7 @@ export interface ListAddressesResult { op: 'listAddresses'; addresses: AddressEn
 export interface SocketResult { op: 'socket'; fd: number }
 export interface ExecResult { op: 'exec'; exitCode: number; signal: number; stdout: string; stderr: string }
 export interface NetnsIdResult { op: 'netnsId'; ino: number; dev: number }
+export interface NftGenerationResult { op: 'nftGeneration'; generation: number }
 
 export type ResultOf<S extends Step> = S extends NftStep
   ? NftResult
@@ -99,7 +103,9 @@ export type ResultOf<S extends Step> = S extends NftStep
               ? ExecResult
               : S extends NetnsIdStep
                 ? NetnsIdResult
-                : ChangeResult;
+                : S extends NftGenerationStep
+                  ? NftGenerationResult
+                  : ChangeResult;
 
 export type ResultsOf<S extends readonly Step[]> = { -readonly [K in keyof S]: ResultOf<S[K]> };
 

@@ -10,7 +10,7 @@ import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
 import type { PluginAddEvent } from '../cni/protocol.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { PodNetnsOpener } from '../pods/netns-path.js';
-import { onboardPod, RuleApplyError, type OnboardTimings } from '../pods/onboard.js';
+import { onboardPod, RuleApplyError, type OnboardResult } from '../pods/onboard.js';
 import { describeDrift } from '../rules/drift.js';
 import type { InpodRuleManager } from '../rules/manager.js';
 import { podOverridesFromAnnotations, type PodOverrides } from '../rules/settings.js';
@@ -173,7 +173,7 @@ export class MeshController {
       namespace: pod.metadata?.namespace ?? '',
       serviceAccount: pod.spec?.serviceAccountName || 'default',
     };
-    let timings: OnboardTimings;
+    let timings: OnboardResult;
     try {
       timings = await onboardPod(this.deps, identity, netns, this.#overrides(pod));
     } catch (err) {
@@ -185,7 +185,7 @@ export class MeshController {
     }
     await this.deps.host.podEnrolled(uid, ips);
     await this.#annotate(pod, 'enabled');
-    log.info({ ips, ...timings }, 'pod enrolled');
+    log.info({ ips, rulesMs: timings.rulesMs, zdsMs: timings.zdsMs }, 'pod enrolled');
   }
 
   /** Probe set (UID-checked), in-pod rules unless the pod is being deleted, ztunnel, annotation. */

@@ -4,7 +4,7 @@
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { describeDrift, type DriftReport } from '../rules/drift.js';
-import type { InpodRuleManager } from '../rules/manager.js';
+import type { InpodRuleManager, RulesStamp } from '../rules/manager.js';
 import { NO_OVERRIDES } from '../rules/settings.js';
 import { KeyedQueue } from '../util/keyed-queue.js';
 import { answerWithin } from '../util/answer-within.js';
@@ -98,8 +98,9 @@ export class PodEnroller {
       }
       try {
         const deps = { ...this.deps, onRulesApplied: () => void (progress.rulesApplied = true) };
-        const timings = await onboardPod(deps, this.#identity(pod), netns, NO_OVERRIDES);
-        log.info({ ...timings, netnsIno: netns.ino }, 'pod enrolled');
+        const { rulesMs, zdsMs, stamp } = await onboardPod(deps, this.#identity(pod), netns, NO_OVERRIDES);
+        this.#remember(pod.uid, stamp);
+        log.info({ rulesMs, zdsMs, netnsIno: netns.ino }, 'pod enrolled');
       } catch (err) {
         if (err instanceof RuleApplyError && !wasStored) this.deps.store.remove(pod.uid);
         throw err;
@@ -230,17 +231,37 @@ export class PodEnroller {
     const netns = this.deps.registry.netnsOf(uid);
     if (!netns || netns.closed) return false;
     const log = this.#log.child({ uid });
-    const drift = await this.deps.rules.verify(netns, NO_OVERRIDES).catch((err: unknown) => ({ error: err as Error }));
+    const stored = this.deps.store.get(uid)?.nftGeneration;
+    const stamp = stored === undefined ? undefined : { nftGeneration: stored };
+    const drift = await this.deps.rules.verify(netns, NO_OVERRIDES, stamp).catch((err: unknown) => ({ error: err as Error }));
     if (!('error' in drift) && drift.inSync) return false;
     log.warn({ drift: 'error' in drift ? drift.error.message : describeDrift(drift) }, 'in-pod rules drifted; re-applying');
     // A pod whose repair fails stays enrolled (ztunnel keeps serving it); CHECK will report it.
     return this.deps.rules.apply(netns, NO_OVERRIDES).then(
-      () => true,
+      (repaired) => {
+        this.#remember(uid, repaired);
+        return true;
+      },
       (err: unknown) => {
         log.error({ err: (err as Error).message }, 'could not repair in-pod rules');
         return false;
       },
     );
+  }
+
+  /**
+   * Keeps the rules' stamp with the pod (best effort: without it a restart lists the rules, and
+   * a failed write must not fail an ADD whose pod is already recorded).
+   */
+  #remember(uid: string, stamp: RulesStamp | undefined): void {
+    const pod = this.deps.store.get(uid);
+    if (!pod || pod.nftGeneration === stamp?.nftGeneration) return;
+    const { nftGeneration: _old, ...rest } = pod;
+    try {
+      this.deps.store.put(stamp ? { ...rest, nftGeneration: stamp.nftGeneration } : rest);
+    } catch (err) {
+      this.#log.warn({ uid, err: (err as Error).message }, 'could not record the rules stamp; a restart will list the rules instead');
+    }
   }
 
   #open(netnsPath: string): NetnsHandle {

@@ -4,16 +4,18 @@
 // and nothing in the pod runs until the CNI ADD returns, so the order is not observable: ztunnel
 // sees the same messages, and the pod's first packet meets both. The ADD waits for both.
 import type { NetnsHandle } from '../addon/net-addon.js';
-import type { InpodRuleManager } from '../rules/manager.js';
+import type { InpodRuleManager, RulesStamp } from '../rules/manager.js';
 import type { PodOverrides } from '../rules/settings.js';
 import type { PodIdentity, PodRegistry } from '../zds/registry.js';
 
 /** The rules could not be installed (not retryable by the agent: the sandbox is broken). */
 export class RuleApplyError extends Error {}
 
-export interface OnboardTimings {
+export interface OnboardResult {
   rulesMs: number;
   zdsMs: number;
+  /** The rules' stamp (nftables): lets a restart verify them without listing. */
+  stamp?: RulesStamp;
 }
 
 export interface OnboardDeps {
@@ -32,16 +34,16 @@ const msSince = (start: bigint): number => Number(process.hrtime.bigint() - star
  * redirected). A ztunnel failure is thrown as is, with the pod left registered: it goes out with
  * the next snapshot, and a retried ADD completes it.
  */
-export async function onboardPod(deps: OnboardDeps, pod: PodIdentity, netns: NetnsHandle, overrides: PodOverrides): Promise<OnboardTimings> {
+export async function onboardPod(deps: OnboardDeps, pod: PodIdentity, netns: NetnsHandle, overrides: PodOverrides): Promise<OnboardResult> {
   const wasRegistered = deps.registry.has(pod.uid);
   const handle = deps.registry.register(pod, netns);
   if (!handle) throw new Error(`pod ${pod.uid}: no netns to enrol`);
   const start = process.hrtime.bigint();
   // ztunnel's half is the longer one (it enters the netns and binds four listeners): send first.
   const announced = deps.registry.announce(pod.uid).then(() => msSince(start));
-  const applied = deps.rules.apply(handle, overrides).then(() => {
+  const applied = deps.rules.apply(handle, overrides).then((stamp) => {
     deps.onRulesApplied?.();
-    return msSince(start);
+    return { ms: msSince(start), stamp };
   });
   const [rules, zds] = await Promise.allSettled([applied, announced]);
   if (rules.status === 'rejected') {
@@ -50,5 +52,5 @@ export async function onboardPod(deps: OnboardDeps, pod: PodIdentity, netns: Net
     throw new RuleApplyError(`applying in-pod rules: ${reason.message}`, { cause: reason });
   }
   if (zds.status === 'rejected') throw zds.reason;
-  return { rulesMs: rules.value, zdsMs: zds.value };
+  return { rulesMs: rules.value.ms, zdsMs: zds.value, ...(rules.value.stamp ? { stamp: rules.value.stamp } : {}) };
 }

@@ -28,6 +28,8 @@ export interface EnrolledPod {
   netnsDev: number;
   ips: string[];
   containerId: string;
+  /** The nftables generation right after the rules were applied (RulesStamp), when known. */
+  nftGeneration?: number;
 }
 
 /** A state file that could not be used, and why (logged by the caller; the file is set aside). */
@@ -90,6 +92,8 @@ export function parseEnrolledPod(text: string): EnrolledPod {
   const containerId = p['containerId'] as string;
   if (containerId !== '' && !isCniIdentifier(containerId, MAX_CONTAINER_ID_BYTES)) throw new Error('containerId is not a container ID');
   if (!isCount(p['netnsIno']) || !isCount(p['netnsDev'])) throw new Error('netnsIno and netnsDev must be non-negative integers');
+  const generation = p['nftGeneration'];
+  if (generation !== undefined && (!isCount(generation) || generation > 0xffffffff)) throw new Error('nftGeneration must be a 32-bit unsigned integer');
   if (!Array.isArray(p['ips']) || !p['ips'].every(isString)) throw new Error('ips must be an array of strings');
   if (p['ips'].length > MAX_IPS || !p['ips'].every(isPlainIp)) throw new Error(`ips must be at most ${MAX_IPS} IP addresses`);
   return {
@@ -102,6 +106,7 @@ export function parseEnrolledPod(text: string): EnrolledPod {
     netnsDev: p['netnsDev'],
     ips: p['ips'] as string[],
     containerId: p['containerId'] as string,
+    ...(generation !== undefined ? { nftGeneration: generation as number } : {}),
   };
 }
 

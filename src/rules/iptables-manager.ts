@@ -77,7 +77,8 @@ export class IptablesInpodRules implements InpodRuleManager {
    * Istio refuses (without reconcile) to apply over leftovers, because its restore input
    * declares chains with -N. We remove our own leftovers first, so applying twice leaves one copy.
    */
-  apply(ns: NetnsHandle, overrides: PodOverrides): Promise<void> {
+  /** No stamp: iptables-restore commits through the kernel's xtables layer, and verify always lists. */
+  apply(ns: NetnsHandle, overrides: PodOverrides): Promise<undefined> {
     return wrapRuleError('apply', ns, this.backend, async () => {
       const inputs = this.restoreInputs(overrides);
       const saved = (await this.addon.run(ns, saveSteps(this.settings.ipv6))) as ExecResult[];
@@ -89,6 +90,7 @@ export class IptablesInpodRules implements InpodRuleManager {
       ];
       const results = await this.addon.run(ns, steps);
       for (const r of results.filter((x): x is ExecResult => x.op === 'exec')) checkExit(r, 'iptables-restore');
+      return undefined;
     });
   }
 

@@ -6,14 +6,25 @@ import type { PodOverrides } from './settings.js';
 export type Backend = 'nftables' | 'iptables';
 export type RuleOperation = 'apply' | 'remove' | 'verify';
 
+/**
+ * What apply can leave behind to make a later verify cheap: the namespace's nftables generation
+ * right after our own commit (the kernel adds one per committed transaction, in any table).
+ */
+export interface RulesStamp {
+  nftGeneration: number;
+}
+
 export interface InpodRuleManager {
   readonly backend: Backend;
   /** Installs the redirection; applying again leaves exactly one copy. */
-  apply(ns: NetnsHandle, overrides: PodOverrides): Promise<void>;
+  apply(ns: NetnsHandle, overrides: PodOverrides): Promise<RulesStamp | undefined>;
   /** Removes everything apply added, and nothing else; removing twice succeeds. */
   remove(ns: NetnsHandle): Promise<void>;
-  /** Reports missing or extra tables, chains, rules, ip rules and routes. */
-  verify(ns: NetnsHandle, overrides: PodOverrides): Promise<DriftReport>;
+  /**
+   * Reports missing or extra tables, chains, rules, ip rules and routes. With the stamp of the
+   * last apply, an unchanged generation proves the tables unchanged without listing them.
+   */
+  verify(ns: NetnsHandle, overrides: PodOverrides, stamp?: RulesStamp): Promise<DriftReport>;
 }
 
 /**

@@ -3,13 +3,15 @@
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
 import { CanonicalListings, isAmbientTable, LIST_RULESET_STEP } from './canonical.js';
 import { diffRulesets, driftReport, mergeDrift, type DriftReport } from './drift.js';
-import type { InpodRuleManager } from './manager.js';
+import type { InpodRuleManager, RulesStamp } from './manager.js';
 import { wrapRuleError } from './manager.js';
 import { buildInpodModel } from './model.js';
 import { parseNftListing } from './nft-listing.js';
 import { inpodNftablesDeleteStep, renderInpodNftables } from './nftables.js';
 import { routingApplySteps, routingDeleteSteps, routingDrift, routingListSteps, routingStates } from './routing.js';
 import { NO_OVERRIDES, type PodOverrides, type RuleSettings } from './settings.js';
+
+const GENERATION = { op: 'nftGeneration' } as const;
 
 export class NftablesInpodRules implements InpodRuleManager {
   readonly backend = 'nftables' as const;
@@ -37,9 +39,19 @@ export class NftablesInpodRules implements InpodRuleManager {
     await this.addon.run('fresh', [{ op: 'nft', script: this.script(NO_OVERRIDES) }]);
   }
 
-  apply(ns: NetnsHandle, overrides: PodOverrides): Promise<void> {
+  /**
+   * Returns a stamp when the generation went up by exactly one around our transaction: then the
+   * ruleset after it is exactly ours, and an unchanged generation later means unchanged rules.
+   */
+  apply(ns: NetnsHandle, overrides: PodOverrides): Promise<RulesStamp | undefined> {
     return wrapRuleError('apply', ns, this.backend, async () => {
-      await this.addon.run(ns, [{ op: 'nft', script: this.script(overrides) }, ...routingApplySteps(this.settings.ipv6)]);
+      const [before, , after] = await this.addon.run(ns, [
+        GENERATION,
+        { op: 'nft', script: this.script(overrides) },
+        GENERATION,
+        ...routingApplySteps(this.settings.ipv6),
+      ] as const);
+      return after.generation === ((before.generation + 1) >>> 0) ? { nftGeneration: after.generation } : undefined;
     });
   }
 
@@ -49,8 +61,16 @@ export class NftablesInpodRules implements InpodRuleManager {
     });
   }
 
-  verify(ns: NetnsHandle, overrides: PodOverrides): Promise<DriftReport> {
+  verify(ns: NetnsHandle, overrides: PodOverrides, stamp?: RulesStamp): Promise<DriftReport> {
     return wrapRuleError('verify', ns, this.backend, async () => {
+      if (stamp) {
+        // Unchanged generation: nobody committed anything since our apply, so only the routing
+        // (outside nftables) needs a look, and the ruleset is not listed at all.
+        const [generation, ...routing] = await this.addon.run(ns, [GENERATION, ...routingListSteps(this.settings.ipv6)]);
+        if ((generation as { generation: number }).generation === stamp.nftGeneration) {
+          return routingDrift(routingStates(this.settings.ipv6, routing));
+        }
+      }
       const expected = await this.#canonical.get(this.script(overrides));
       const [listed, ...routing] = await this.addon.run(ns, [LIST_RULESET_STEP, ...routingListSteps(this.settings.ipv6)]);
       const text = (listed as { output: string }).output;

@@ -2,7 +2,7 @@
 // knowing about metrics.
 import type { NetnsHandle } from '../addon/net-addon.js';
 import type { DriftReport } from './drift.js';
-import type { InpodRuleManager, RuleOperation } from './manager.js';
+import type { InpodRuleManager, RuleOperation, RulesStamp } from './manager.js';
 import type { PodOverrides } from './settings.js';
 
 export type RuleTimingObserver = (operation: RuleOperation, seconds: number, ok: boolean) => void;
@@ -17,7 +17,7 @@ export class TimedRuleManager implements InpodRuleManager {
     return this.inner.backend;
   }
 
-  apply(ns: NetnsHandle, overrides: PodOverrides): Promise<void> {
+  apply(ns: NetnsHandle, overrides: PodOverrides): Promise<RulesStamp | undefined> {
     return this.#time('apply', () => this.inner.apply(ns, overrides));
   }
 
@@ -25,8 +25,8 @@ export class TimedRuleManager implements InpodRuleManager {
     return this.#time('remove', () => this.inner.remove(ns));
   }
 
-  verify(ns: NetnsHandle, overrides: PodOverrides): Promise<DriftReport> {
-    return this.#time('verify', () => this.inner.verify(ns, overrides));
+  verify(ns: NetnsHandle, overrides: PodOverrides, stamp?: RulesStamp): Promise<DriftReport> {
+    return this.#time('verify', () => this.inner.verify(ns, overrides, stamp));
   }
 
   async #time<T>(operation: RuleOperation, work: () => Promise<T>): Promise<T> {

@@ -11,6 +11,8 @@ export interface FakeNamespace {
   ino: number;
   /** Every nft script run here, in order. */
   nftScripts: string[];
+  /** The kernel's ruleset generation: +1 per committed nft change (tests bump it to fake another writer). */
+  nftGeneration: number;
   /** What `list ruleset` returns here. */
   listing: string;
   rules: FwmarkRuleEntry[];
@@ -30,7 +32,7 @@ export interface RecordedRun {
 type Failure = (step: Step, target: string) => Error | undefined;
 
 function newNamespace(ino: number): FakeNamespace {
-  return { ino, nftScripts: [], listing: '', rules: [], routes: [], loHasIpv6: true, addresses: [], exec: new Map() };
+  return { ino, nftScripts: [], nftGeneration: 1, listing: '', rules: [], routes: [], loHasIpv6: true, addresses: [], exec: new Map() };
 }
 
 export class FakeNetAddon implements NetAddon {
@@ -101,10 +103,14 @@ export class FakeNetAddon implements NetAddon {
       case 'nft':
         if (step.script === 'list ruleset') return { op: 'nft', output: ns.listing };
         ns.nftScripts.push(step.script);
+        ns.nftGeneration++;
         return { op: 'nft', output: '' };
+      case 'nftGeneration':
+        return { op: step.op, generation: ns.nftGeneration };
       case 'deleteNftTables':
         // Recorded as the nft text with the same effect, so tests read one history of nft changes.
         ns.nftScripts.push(step.tables.map((t) => `delete table ${step.family} ${t}`).join('\n'));
+        ns.nftGeneration++;
         return { op: step.op, changed: true, skipped: false };
       case 'addFwmarkRule': {
         const { op: _op, ...rule } = step;

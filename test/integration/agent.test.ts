@@ -142,8 +142,9 @@ describe('standalone agent', () => {
     await postUnix(sock(), '/cmdadd', addEvent('api'));
     await agent.stop();
     for (const c of clients.splice(0)) c.close();
-    pods['web']!.listing = listing; // still in sync
+    pods['web']!.listing = listing; // still in sync (and its nftables generation unchanged: not even listed)
     pods['api']!.listing = ''; // drifted: rules must be re-applied
+    pods['api']!.nftGeneration++; // (any nft change in a netns moves its generation)
     addon.namespaces.delete('/host/var/run/netns/db');
     pods['db'] = addon.addNetns('/host/var/run/netns/db'); // the path now holds another namespace
     agent = new Agent(config, { addon });

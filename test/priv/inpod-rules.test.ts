@@ -125,6 +125,35 @@ describe.skipIf(skip)(`in-pod rules in real namespaces${skip ? ` — skipped: ${
     }
   });
 
+  it('the stamp of an apply proves the tables unchanged until any nft commit in the netns; then verify lists', async () => {
+    const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    const pod = createNetns('stamp');
+    const ns = addon.openNetns(pod.path);
+    try {
+      const stamp = await manager.apply(ns, NO_OVERRIDES);
+      expect(stamp?.nftGeneration).toEqual(expect.any(Number));
+      const [now] = await addon.run(ns, [{ op: 'nftGeneration' }] as const);
+      expect(now.generation).toBe(stamp!.nftGeneration);
+      expect(await manager.verify(ns, NO_OVERRIDES, stamp)).toMatchObject({ inSync: true });
+      // The routing is still checked with a stamp (it is not nftables).
+      execIn(pod.name, ['ip', 'rule', 'del', 'fwmark', '0x111/0xfff', 'lookup', '100']);
+      expect((await manager.verify(ns, NO_OVERRIDES, stamp)).missing).toEqual([expect.objectContaining({ kind: 'ip-rule' })]);
+      await manager.apply(ns, NO_OVERRIDES);
+      const fresh = await manager.apply(ns, NO_OVERRIDES);
+      // Any commit moves the generation: an unrelated table keeps us in sync (after listing) ...
+      execIn(pod.name, ['nft', 'add', 'table', 'inet', 'someone-else']);
+      expect(await manager.verify(ns, NO_OVERRIDES, fresh)).toMatchObject({ inSync: true });
+      // ... and a change to our tables is found although the stamp is presented.
+      execIn(pod.name, ['nft', 'flush', 'chain', 'inet', 'istio-ambient-nat', 'istio-output']);
+      const report = await manager.verify(ns, NO_OVERRIDES, fresh);
+      expect(report.inSync).toBe(false);
+      expect(report.missing.filter((d) => d.kind === 'rule').length).toBeGreaterThan(0);
+    } finally {
+      ns.close();
+      deleteNetns(pod);
+    }
+  });
+
   it('skips the IPv6 route when the pod has IPv6 disabled on lo, and still verifies in sync', async () => {
     const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: true }));
     const pod = createNetns('noipv6');

@@ -22,15 +22,30 @@ describe('NftablesInpodRules', () => {
     pod = addon.addNetns(POD);
   });
 
-  it('applies in one visit: the golden transaction, then the route, then the ip rule', async () => {
+  it('applies in one visit: the golden transaction (between two generation reads), then the route, then the ip rule', async () => {
     const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
     const ns = addon.openNetns(POD);
-    await manager.apply(ns, NO_OVERRIDES);
+    expect(await manager.apply(ns, NO_OVERRIDES)).toEqual({ nftGeneration: 2 });
     expect(addon.runs).toHaveLength(1);
-    expect(addon.runs[0]!.steps.map((s) => s.op)).toEqual(['nft', 'replaceLocalRoute', 'addFwmarkRule']);
+    expect(addon.runs[0]!.steps.map((s) => s.op)).toEqual(['nftGeneration', 'nft', 'nftGeneration', 'replaceLocalRoute', 'addFwmarkRule']);
     expect(pod.nftScripts).toEqual([golden('default.golden')]);
     expect(pod.rules).toEqual([{ family: 4, mark: 0x111, mask: 0xfff, priority: 32764, table: 100 }]);
     expect(pod.routes).toEqual([expect.objectContaining({ family: 4, dev: 'lo', table: 100, type: 2 })]);
+  });
+
+  it('verify with a stamp skips the listing while the generation is unchanged, and lists once it moved', async () => {
+    const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    const ns = addon.openNetns(POD);
+    const stamp = await manager.apply(ns, NO_OVERRIDES);
+    addon.runs.length = 0;
+    expect((await manager.verify(ns, NO_OVERRIDES, stamp)).inSync).toBe(true);
+    expect(addon.runs.flatMap((r) => r.steps.map((s) => s.op))).not.toContain('nft'); // no listing
+    pod.nftGeneration++; // another writer committed something in the pod's netns
+    pod.listing = ''; // ... and our tables are gone
+    addon.fresh.listing = listing;
+    const report = await manager.verify(ns, NO_OVERRIDES, stamp);
+    expect(report.inSync).toBe(false);
+    expect(report.missing.some((d) => d.kind === 'table')).toBe(true);
   });
 
   it('adds the IPv6 route only when lo has IPv6, and the IPv6 rule always when IPv6 is on', async () => {
