@@ -11,6 +11,7 @@ import { cpus, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { PLUGIN_EVENT_SOCKET, ROUTE_ADD } from '../src/cni/protocol.js';
+import { pluginEntry } from '../src/cni-install/plugin-config.js';
 import { projectRoot } from '../src/project-root.js';
 import { elapsedMs, formatTable, summarize, summaryRow } from './support.js';
 
@@ -79,21 +80,20 @@ async function main(): Promise<void> {
   try {
     server = await startAgent(join(runDir, PLUGIN_EVENT_SOCKET), counts);
 
-    // A realistic chained ADD: Istio's installer config, one pod IP from the primary CNI.
+    // A realistic chained ADD: what our installer writes (Istio's config), one pod IP from the primary CNI.
+    const entry = pluginEntry({
+      runDir,
+      excludeNamespaces: ['kube-system'],
+      ambientEnabled: true,
+      podNamespace: 'istio-system',
+      logLevel: 'info',
+      enablementSelectors: [{ podSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } } }],
+      nativeNftables: true,
+      enableAmbientDetectionRetry: false,
+    });
     const input = JSON.stringify({
       cniVersion: '1.0.0',
-      name: 'istio-cni',
-      type: 'istio-cni',
-      ambient_enabled: true,
-      cni_agent_run_dir: runDir,
-      dns: {},
-      enable_ambient_detection_retry: false,
-      enablement_selectors: [{ podSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } } }],
-      exclude_namespaces: ['kube-system'],
-      ipam: {},
-      native_nftables: true,
-      plugin_log_level: 'info',
-      pod_namespace: 'istio-system',
+      ...entry,
       prevResult: {
         cniVersion: '1.0.0',
         interfaces: [{ name: 'eth0', mac: '0a:58:0a:f4:01:05', sandbox: '/var/run/netns/bench' }],

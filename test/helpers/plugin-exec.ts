@@ -3,6 +3,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { pluginEntry } from '../../src/cni-install/plugin-config.js';
 import { projectRoot } from '../../src/project-root.js';
 
 /** AMBIENT_CNI_PLUGIN selects another build (npm run test:asan: the sanitizer build in build-asan/). */
@@ -80,22 +81,20 @@ export function stdoutJson(run: PluginRun): Record<string, unknown> {
   return JSON.parse(text) as Record<string, unknown>;
 }
 
-/** Istio's installer output (cniconfig.go) as a standalone conf, for driving the plugin. */
+/**
+ * What our installer writes for the plugin (pluginEntry, Istio's cniconfig.go) with an ambient
+ * enablement selector, as the single conf a runtime hands the plugin.
+ */
 export function netconf(runDir: string, overrides: Record<string, unknown> = {}): Record<string, unknown> {
-  return {
-    cniVersion: '1.0.0',
-    name: 'istio-cni',
-    type: 'istio-cni',
-    ambient_enabled: true,
-    cni_agent_run_dir: runDir,
-    dns: {},
-    enable_ambient_detection_retry: false,
-    enablement_selectors: [{ podSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } } }],
-    exclude_namespaces: ['kube-system'],
-    ipam: {},
-    native_nftables: true,
-    plugin_log_level: 'info',
-    pod_namespace: 'istio-system',
-    ...overrides,
-  };
+  const entry = pluginEntry({
+    runDir,
+    excludeNamespaces: ['kube-system'],
+    ambientEnabled: true,
+    podNamespace: 'istio-system',
+    logLevel: 'info',
+    enablementSelectors: [{ podSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } } }],
+    nativeNftables: true,
+    enableAmbientDetectionRetry: false,
+  });
+  return { cniVersion: '1.0.0', ...entry, ...overrides };
 }
