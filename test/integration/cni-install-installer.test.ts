@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { CniInstaller, type CniInstallerOptions } from '../../src/cni-install/installer.js';
-import type { PluginConfigSettings } from '../../src/cni-install/plugin-config.js';
+import { ISTIO_INTEGRATION_SETTINGS, ISTIO_UNIT_SETTINGS } from '../helpers/istio-install-settings.js';
 
 const GOLDEN = new URL('../../../shared/conformance/istio-golden/install/', import.meta.url);
 if (!existsSync(GOLDEN)) {
@@ -18,18 +18,9 @@ if (!existsSync(GOLDEN)) {
 const golden = (name: string): string => readFileSync(new URL(name, GOLDEN), 'utf8');
 
 /** cni/test/install_cni.go settings: the pre/ → expected/ goldens. */
-const SETTINGS: PluginConfigSettings = {
-  runDir: '/tmp',
-  excludeNamespaces: ['istio-system'],
-  ambientEnabled: false,
-  podNamespace: '',
-  logLevel: 'debug',
-  enablementSelectors: [],
-  nativeNftables: false,
-  enableAmbientDetectionRetry: false,
-};
+const SETTINGS = ISTIO_INTEGRATION_SETTINGS;
 /** cni/pkg/install unit-test settings (ambient on for the Istio-owned goldens). */
-const UNIT_SETTINGS: PluginConfigSettings = { ...SETTINGS, runDir: '/path/to/kubeconfig', excludeNamespaces: null, podNamespace: 'my-namespace' };
+const UNIT_SETTINGS = ISTIO_UNIT_SETTINGS;
 
 async function waitFor(cond: () => boolean, timeoutMs: number, what: string): Promise<number> {
   const start = Date.now();

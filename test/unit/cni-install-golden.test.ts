@@ -9,6 +9,7 @@ import { describe, expect, it } from 'vitest';
 
 import { chain, chainProblem, pickPrimary, unchain, validateConfig, type ConfFileEntry } from '../../src/cni-install/conflist.js';
 import { pluginEntry, standaloneConfigText, type PluginConfigSettings } from '../../src/cni-install/plugin-config.js';
+import { ISTIO_INTEGRATION_SETTINGS, ISTIO_UNIT_SETTINGS } from '../helpers/istio-install-settings.js';
 
 const INSTALL_DIR = new URL('../../../shared/conformance/istio-golden/install/', import.meta.url);
 const PRE_DIR = new URL('pre/', INSTALL_DIR);
@@ -32,30 +33,9 @@ const unit = (name: string) => read(INSTALL_DIR, name);
 const pre = (name: string) => read(PRE_DIR, name);
 const expected = (name: string) => read(EXPECTED_DIR, name);
 
-/** cniconfig_test.go TestCreateCNIConfigFile (the README's "plugin settings used by these unit tests"). */
-const UNIT_SETTINGS: PluginConfigSettings = {
-  runDir: '/path/to/kubeconfig',
-  excludeNamespaces: null,
-  ambientEnabled: false,
-  podNamespace: 'my-namespace',
-  logLevel: 'debug',
-  enablementSelectors: [],
-  nativeNftables: false,
-  enableAmbientDetectionRetry: false,
-};
-/** The Istio-owned cases of the same test run with ambient enabled. */
+const UNIT_SETTINGS = ISTIO_UNIT_SETTINGS;
 const OWNED_SETTINGS: PluginConfigSettings = { ...UNIT_SETTINGS, ambientEnabled: true };
-/** cni/test/install_cni.go doTest: CNIAgentRunDir /tmp, ExcludeNamespaces "istio-system", no pod namespace. */
-const INTEGRATION_SETTINGS: PluginConfigSettings = {
-  runDir: '/tmp',
-  excludeNamespaces: ['istio-system'],
-  ambientEnabled: false,
-  podNamespace: '',
-  logLevel: 'debug',
-  enablementSelectors: [],
-  nativeNftables: false,
-  enableAmbientDetectionRetry: false,
-};
+const INTEGRATION_SETTINGS = ISTIO_INTEGRATION_SETTINGS;
 
 describe('every golden file is used', () => {
   it('covers the whole install/ folder', () => {
