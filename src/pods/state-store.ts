@@ -76,6 +76,11 @@ export function parseEnrolledPod(text: string): EnrolledPod {
   } catch (err) {
     throw new Error(`not valid JSON (${(err as Error).message})`);
   }
+  return checkEnrolledPod(raw);
+}
+
+/** parseEnrolledPod's checks on a value (put() checks what it is about to write, without a JSON round trip). */
+function checkEnrolledPod(raw: unknown): EnrolledPod {
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new Error('not a JSON object');
   const p = raw as Record<string, unknown>;
   for (const key of ['uid', 'name', 'namespace', 'serviceAccount', 'netnsPath', 'containerId'] as const) {
@@ -167,8 +172,7 @@ export class PodStateStore {
 
   /** Persists the pod before returning; throws (ENOSPC, EROFS...) with the memory copy unchanged. */
   put(pod: EnrolledPod): void {
-    const text = `${JSON.stringify(pod)}\n`;
-    parseEnrolledPod(text); // never write what load() would set aside
+    const text = `${JSON.stringify(checkEnrolledPod(pod))}\n`; // never write what load() would set aside
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
     atomicWriteFileSync(join(this.dir, stateFileName(pod.uid)), text, 0o600);
     this.#pods.set(pod.uid, pod);
