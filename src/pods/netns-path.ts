@@ -8,11 +8,11 @@
 import { lstatSync, statSync } from 'node:fs';
 import { posix } from 'node:path';
 import { hasErrorCode } from '../addon/errors.js';
+import { netnsPathProblem } from '../cni/fields.js';
 import type { NetAddon, NetnsHandle, NetnsIdentity } from '../addon/net-addon.js';
 
 const RUNTIME_NETNS_DIRS = ['/var/run/netns/', '/run/netns/'];
 const PROC_NETNS = /^\/proc\/[1-9][0-9]{0,9}\/ns\/net$/;
-const MAX_PATH = 4096;
 
 /** The netns path is not one the agent will open (never retried: the same path fails again). */
 export class NetnsPathError extends Error {
@@ -24,9 +24,8 @@ export function podNetnsLocation(netnsRoot: string, runtimePath: string): string
   const refuse = (why: string): never => {
     throw new NetnsPathError(`refusing netns path ${JSON.stringify(runtimePath.slice(0, 200))}: ${why}`);
   };
-  if (runtimePath.length === 0 || runtimePath.length > MAX_PATH) refuse(`length must be 1-${MAX_PATH}`);
-  if (runtimePath.includes('\0')) refuse('contains NUL');
-  if (!runtimePath.startsWith('/')) refuse('not absolute');
+  const problem = netnsPathProblem(runtimePath); // absolute, no NUL, PATH_MAX, no ".."
+  if (problem) refuse(problem);
   if (posix.normalize(runtimePath) !== runtimePath || runtimePath.endsWith('/')) refuse('not a normalized path (., .., //)');
   const inRuntimeDir = RUNTIME_NETNS_DIRS.some((dir) => runtimePath.startsWith(dir) && !runtimePath.slice(dir.length).includes('/'));
   if (!inRuntimeDir && !PROC_NETNS.test(runtimePath)) {

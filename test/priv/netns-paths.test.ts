@@ -51,7 +51,7 @@ describe.skipIf(skip)(`pod netns paths (real files)${skip ? ` — skipped: ${ski
   it('refuses a symlink under --netns-root that points out of it', () => {
     symlinkSync(pod.path, join(root, 'var', 'run', 'netns', 'escape'));
     expect(() => new PodNetnsOpener(addon, root).open('/var/run/netns/escape')).toThrow(/a symlink/);
-    expect(() => new PodNetnsOpener(addon, root).open('/var/run/netns/../../../../var/run/netns/x')).toThrow(/not a normalized path/);
+    expect(() => new PodNetnsOpener(addon, root).open('/var/run/netns/../../../../var/run/netns/x')).toThrow(/has a "\.\." segment/);
   });
 
   it('refuses a regular file and a FIFO (without blocking) as not a network namespace', () => {

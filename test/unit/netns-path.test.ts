@@ -14,9 +14,9 @@ describe('podNetnsLocation', () => {
   });
 
   it.each([
-    ['', 'length'],
-    ['var/run/netns/x', 'not absolute'],
-    ['/var/run/netns/../../../etc/shadow', 'not a normalized path'],
+    ['', 'is not an absolute path'],
+    ['var/run/netns/x', 'is not an absolute path'],
+    ['/var/run/netns/../../../etc/shadow', 'has a ".." segment'],
     ['/var/run/netns/./x', 'not a normalized path'],
     ['/var/run/netns//x', 'not a normalized path'],
     ['/var/run/netns/x/', 'not a normalized path'],
@@ -27,7 +27,7 @@ describe('podNetnsLocation', () => {
     ['/proc/self/ns/net', 'outside the runtime netns locations'],
     ['/proc/1/ns/mnt', 'outside the runtime netns locations'],
     ['/proc/0/ns/net', 'outside the runtime netns locations'],
-    [`/var/run/netns/${'x'.repeat(5000)}`, 'length'],
+    [`/var/run/netns/${'x'.repeat(5000)}`, 'is longer than PATH_MAX'],
   ])('refuses %j (%s)', (path, why) => {
     expect(() => podNetnsLocation('/host', path)).toThrow(NetnsPathError);
     expect(() => podNetnsLocation('/host', path)).toThrow(why);
