@@ -154,9 +154,10 @@ export class KubernetesSource implements PodSource {
   /** Answered within ADD_ANSWER_MS like standalone mode (the plugin gives up after 5 s). */
   cniAdd(e: PluginAddEvent): Promise<void> {
     const pod = `${e.PodNamespace}/${e.PodName}`;
+    const ms = this.opts.addAnswerMs ?? ADD_ANSWER_MS;
     return answerWithin(this.controller.cniAdd(e), {
-      ms: this.opts.addAnswerMs ?? ADD_ANSWER_MS,
-      late: () => new Error(`pod ${pod} not enrolled within ${this.opts.addAnswerMs ?? ADD_ANSWER_MS} ms: its rules or ztunnel's ack are still pending; the enrolment carries on (a retried ADD completes it)`),
+      ms,
+      late: () => new Error(`pod ${pod} not enrolled within ${ms} ms: its rules or ztunnel's ack are still pending; the enrolment carries on (a retried ADD completes it)`),
       settledLate: (err) =>
         err === undefined
           ? this.deps.log.info({ pod }, 'late enrolment finished after the ADD was answered')
