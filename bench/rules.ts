@@ -3,7 +3,6 @@
 // `nft -f`), each timed in its own fresh namespace, interleaved round-robin in one run.
 // Usage: BENCH_PODS=200 [BENCH_IPV6=1] node dist/bench/rules.js   (root; creates namespaces only)
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { constants as osConstants, cpus, release } from 'node:os';
 
 import { currentThreadNetns, NativeNetAddon, openFdCount, type NetnsIdentity } from '../src/addon/net-addon.js';
@@ -23,6 +22,7 @@ import { IptablesInpodRules } from '../src/rules/iptables-manager.js';
 import { NftablesInpodRules } from '../src/rules/nftables-manager.js';
 import { routingApplySteps } from '../src/rules/routing.js';
 import { defaultRuleSettings, NO_OVERRIDES } from '../src/rules/settings.js';
+import { readIstioGolden } from '../test/fixtures/istio-golden.js';
 import {
   type BenchNetns,
   elapsedMs,
@@ -303,7 +303,7 @@ function goldenNote(ctx: Ctx): string {
   if (ctx.ipv6) return 'IPv6 ruleset: not compared with a golden (the _ipv6 goldens use a test SNAT address)';
   const read = (dir: string): string | undefined => {
     try {
-      return readFileSync(new URL(`../../../shared/conformance/istio-golden/${dir}/default.golden`, import.meta.url), 'utf8');
+      return readIstioGolden(`${dir}/default.golden`);
     } catch {
       return undefined;
     }

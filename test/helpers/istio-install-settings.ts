@@ -1,5 +1,5 @@
 // The plugin settings Istio's own installer tests use, which produced its install goldens
-// (../shared/conformance/istio-golden README): shared by the golden and the installer tests.
+// (test/fixtures/istio-golden/README.md): shared by the golden and the installer tests.
 import type { PluginConfigSettings } from '../../src/cni-install/plugin-config.js';
 
 /** cniconfig_test.go TestCreateCNIConfigFile (the README's "plugin settings used by these unit tests"). */

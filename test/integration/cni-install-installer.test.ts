@@ -9,11 +9,12 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { CniInstaller, type CniInstallerOptions } from '../../src/cni-install/installer.js';
+import { istioGoldenUrl } from '../fixtures/istio-golden.js';
 import { ISTIO_INTEGRATION_SETTINGS, ISTIO_UNIT_SETTINGS } from '../helpers/istio-install-settings.js';
 
-const GOLDEN = new URL('../../../shared/conformance/istio-golden/install/', import.meta.url);
+const GOLDEN = istioGoldenUrl('install/');
 if (!existsSync(GOLDEN)) {
-  throw new Error(`Istio installer golden files not found at ${fileURLToPath(GOLDEN)} (the "shared" folder must sit next to the repository folder)`);
+  throw new Error(`Istio installer golden files not found at ${fileURLToPath(GOLDEN)}`);
 }
 const golden = (name: string): string => readFileSync(new URL(name, GOLDEN), 'utf8');
 

@@ -8,13 +8,13 @@ import { NftablesHostRules } from '../../src/rules/host-manager.js';
 import { IptablesInpodRules } from '../../src/rules/iptables-manager.js';
 import { NftablesInpodRules } from '../../src/rules/nftables-manager.js';
 import { defaultRuleSettings, NO_OVERRIDES, type PodOverrides } from '../../src/rules/settings.js';
+import { istioGoldenPath } from '../fixtures/istio-golden.js';
 import { createNetns, deleteAllNetns, deleteNetns, execIn, nftRuleset, privilegedSkipReason, requirePrivilegedInCi } from '../helpers/netns.js';
 
 requirePrivilegedInCi();
 const skip = privilegedSkipReason();
 const TEST_SNAT_V6 = 'e9ac:1e77:90ca:399f:4d6d:ece2:2f9b:3164'; // the value Istio's nft goldens use
-const goldenPath = (name: string): string =>
-  new URL(`../../../shared/conformance/istio-golden/nftables/${name}`, import.meta.url).pathname;
+const goldenPath = (name: string): string => istioGoldenPath(`nftables/${name}`);
 
 const CASES: { file: string; dnsCapture: boolean; overrides: PodOverrides }[] = [
   { file: 'default', dnsCapture: true, overrides: NO_OVERRIDES },

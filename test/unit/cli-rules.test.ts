@@ -2,9 +2,9 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { main } from '../../src/cli/main.js';
 import { FakeNetAddon } from '../fakes/fake-net-addon.js';
+import { readIstioGolden } from '../fixtures/istio-golden.js';
 
-const goldenDir = new URL('../../../shared/conformance/istio-golden/', import.meta.url);
-const golden = (path: string): string => readFileSync(new URL(path, goldenDir), 'utf8');
+const golden = (path: string): string => readIstioGolden(path);
 /** The iptables goldens start with Istio's two-line state-check stub, which is not rule text. */
 const restoreBody = (path: string): string => golden(path).split('\n').slice(2).join('\n');
 

@@ -1,4 +1,4 @@
-// Byte-for-byte comparison with Istio's installer goldens (shared/conformance/istio-golden/install/,
+// Byte-for-byte comparison with Istio's installer goldens (test/fixtures/istio-golden/install/,
 // see the README there): cni/pkg/install/testdata (insertCNIConfig, Cleanup) and
 // cni/test/testdata/{pre,expected} (the installer integration cases).
 
@@ -9,18 +9,16 @@ import { describe, expect, it } from 'vitest';
 
 import { chain, chainProblem, pickPrimary, unchain, validateConfig, type ConfFileEntry } from '../../src/cni-install/conflist.js';
 import { pluginEntry, standaloneConfigText, type PluginConfigSettings } from '../../src/cni-install/plugin-config.js';
+import { istioGoldenUrl } from '../fixtures/istio-golden.js';
 import { ISTIO_INTEGRATION_SETTINGS, ISTIO_UNIT_SETTINGS } from '../helpers/istio-install-settings.js';
 
-const INSTALL_DIR = new URL('../../../shared/conformance/istio-golden/install/', import.meta.url);
+const INSTALL_DIR = istioGoldenUrl('install/');
 const PRE_DIR = new URL('pre/', INSTALL_DIR);
 const EXPECTED_DIR = new URL('expected/', INSTALL_DIR);
 
 for (const dir of [INSTALL_DIR, PRE_DIR, EXPECTED_DIR]) {
   if (!existsSync(dir)) {
-    throw new Error(
-      `Istio installer golden files not found at ${fileURLToPath(dir)}: the "shared" folder must sit next to the repository ` +
-        'folder (expected shared/conformance/istio-golden/install/{*.golden,pre/,expected/})',
-    );
+    throw new Error(`Istio installer golden files not found at ${fileURLToPath(dir)} (expected install/{*.golden,pre/,expected/})`);
   }
 }
 

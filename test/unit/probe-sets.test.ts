@@ -15,14 +15,14 @@ import { HostDataplane } from '../../src/host/host-dataplane.js';
 import { parseProbeIp, parseProbeSetJson, ProbeSets, renderElementChanges } from '../../src/host/probe-sets.js';
 import { defaultRuleSettings } from '../../src/rules/settings.js';
 import { FakeNetAddon } from '../fakes/fake-net-addon.js';
+import { istioGoldenPath } from '../fixtures/istio-golden.js';
 
 const HOST = '/proc/self/ns/net';
 const T = 'inet istio-ambient-nat';
 const V4 = 'istio-inpod-probes-v4';
 const V6 = 'istio-inpod-probes-v6';
 const SET_COMMENT = 'UUID of the pods that are part of ambient mesh';
-const goldenPath = (name: string): string =>
-  new URL(`../../../shared/conformance/istio-golden/nftables/${name}`, import.meta.url).pathname;
+const goldenPath = (name: string): string => istioGoldenPath(`nftables/${name}`);
 
 type Elements = Map<string, string | undefined>;
 

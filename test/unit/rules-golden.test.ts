@@ -17,16 +17,14 @@ import {
   renderInpodNftablesDelete,
 } from '../../src/rules/nftables.js';
 import { defaultRuleSettings, NO_OVERRIDES, podOverridesFromAnnotations, type RuleSettings } from '../../src/rules/settings.js';
+import { istioGoldenUrl } from '../fixtures/istio-golden.js';
 
-const GOLDEN_ROOT = new URL('../../../shared/conformance/istio-golden/', import.meta.url);
+const GOLDEN_ROOT = istioGoldenUrl();
 const NFT_DIR = new URL('nftables/', GOLDEN_ROOT);
 const IPT_DIR = new URL('iptables/', GOLDEN_ROOT);
 
 if (!existsSync(NFT_DIR) || !existsSync(IPT_DIR)) {
-  throw new Error(
-    `Istio golden files not found under ${fileURLToPath(GOLDEN_ROOT)}: the "shared" folder must sit next to the repository folder ` +
-      '(expected shared/conformance/istio-golden/{nftables,iptables}/*.golden)',
-  );
+  throw new Error(`Istio golden files not found under ${fileURLToPath(GOLDEN_ROOT)} (expected {nftables,iptables}/*.golden)`);
 }
 
 /** constructTestConfig(): the v6 SNAT is a test value, not the production default. */

@@ -8,10 +8,10 @@ import { NftablesInpodRules } from '../../src/rules/nftables-manager.js';
 import { renderInpodNftablesDelete } from '../../src/rules/nftables.js';
 import { defaultRuleSettings, NO_OVERRIDES } from '../../src/rules/settings.js';
 import { FakeNetAddon, type FakeNamespace } from '../fakes/fake-net-addon.js';
+import { readIstioGolden } from '../fixtures/istio-golden.js';
 
 const POD = '/var/run/netns/pod';
-const golden = (name: string): string =>
-  readFileSync(new URL(`../../../shared/conformance/istio-golden/nftables/${name}`, import.meta.url), 'utf8');
+const golden = (name: string): string => readIstioGolden(`nftables/${name}`);
 const listing = readFileSync(new URL('../fixtures/default-inpod.listing.nft', import.meta.url), 'utf8');
 
 describe('NftablesInpodRules', () => {
