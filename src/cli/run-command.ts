@@ -84,7 +84,8 @@ export async function uninstall(args: string[], out: (s: string) => void): Promi
   }
   const config = configFrom(args);
   const { installerFor } = await import('../cni-install/from-agent-config.js');
-  const result = await installerFor({ ...config, pluginSource: config.pluginSource || '-' }).uninstall();
+  // Uninstall writes no entry: a selector the agent would refuse must not stand in its way.
+  const result = await installerFor({ ...config, enablementSelector: undefined, pluginSource: config.pluginSource || '-' }).uninstall();
   out(`rewrote ${result.rewritten.join(', ') || 'nothing'}; removed ${result.removed.join(', ') || 'nothing'}\n`);
   return 0;
 }
