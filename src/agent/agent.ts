@@ -104,7 +104,7 @@ export class Agent {
     this.#health = new HealthServer(config.healthPort, () => this.notReadyReasons());
     this.#debug = new DebugServer(debugSocketPath(config.runDir), () => this.debugPods());
     this.#metricsServer = new MetricsServer(metrics, config.metricsPort);
-    this.#pluginLog = new PluginLogServer(join(config.runDir, PLUGIN_LOG_SOCKET), this.#log);
+    this.#pluginLog = new PluginLogServer(join(config.runDir, PLUGIN_LOG_SOCKET), this.#log, config.logLevels);
     this.#installer = deps.installer;
   }
 
