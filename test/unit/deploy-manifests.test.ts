@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import * as k8s from '@kubernetes/client-node';
 import type { V1ClusterRole, V1ClusterRoleBinding, V1ConfigMap, V1Container, V1DaemonSet, V1EnvVar, V1PodSpec, V1ServiceAccount } from '@kubernetes/client-node';
 import { loadAll } from 'js-yaml';
+import { parseInstallCniArgs } from '../../src/cli/install-cni-command.js';
 import { DaemonSet } from 'kubernetes-models/apps/v1/DaemonSet';
 import { ClusterRole } from 'kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRole';
 import { ClusterRoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRoleBinding';
@@ -380,6 +381,12 @@ describe('deploy/: every env var the manifests set is one the agent reads', () =
     expect(config).toMatchObject({ dnsCapture: true, ipv6: true, reconcilePodRulesOnStartup: true, excludeNamespaces: ['kube-system'] });
   });
 
+  it("the container runs install-cni with Istio's flags, as the chart does", () => {
+    expect(container().command).toEqual(['install-cni']);
+    expect(() => parseInstallCniArgs(container().args ?? [])).not.toThrow();
+    expect(parseInstallCniArgs(container().args ?? []).runArgs.filter((a) => a !== '--log-output-level' && !a.includes(':') && a !== 'info')).toEqual([]);
+  });
+
   it('ServiceAccount has no automount opt-out (the agent uses the in-cluster token)', () => {
     expect(only<V1ServiceAccount>('ServiceAccount', 'istio-cni').automountServiceAccountToken).not.toBe(false);
   });
@@ -480,7 +487,7 @@ function jsonForm(stage: Stage, op: string): string[] {
   return JSON.parse(i!.args) as string[];
 }
 
-describe('Dockerfile (static checks; scripts/test-image.sh builds and runs the image)', () => {
+describe('Dockerfile (static checks; npm run test:image runs the built image)', () => {
   it('builds on Node 24 bookworm, takes its runtime tree from Node 24 bookworm-slim, and is that tree on scratch', () => {
     expect(buildStage().from).toBe('node:24-bookworm');
     expect(rootfsStage().from).toBe('node:24-bookworm-slim');
