@@ -24,8 +24,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 # node-gyp compiles against the headers the official image ships under /usr/local/include/node
-# instead of downloading them.
-ENV npm_config_nodedir=/usr/local
+# instead of downloading them (node-gyp's own variable: npm 11 warns about npm_config_nodedir).
+ENV npm_package_config_node_gyp_nodedir=/usr/local
 
 WORKDIR /src
 
