@@ -122,13 +122,14 @@ describe(`the image ${IMAGE}`, () => {
       const onPath = (b) => process.env.PATH.split(':').filter((d) => exists(d + '/' + b));
       console.log(JSON.stringify({
         node: process.version,
+        nodeOptions: process.env.NODE_OPTIONS,
         installCni: fs.realpathSync('/usr/local/bin/install-cni'),
         plugin: (fs.statSync('/opt/cni/bin/istio-cni').mode & 0o777).toString(8),
         tools: ['npm', 'npx', 'corepack', 'yarn', 'yarnpkg'].flatMap(onPath),
         leftovers: ['/usr/local/lib/node_modules', '/usr/local/include/node', ...fs.readdirSync('/opt').map((d) => '/opt/' + d).filter((p) => /yarn/.test(p))].filter(exists),
       }));`;
     const out = JSON.parse(await podman(['run', '--rm', '--network', 'none', '--entrypoint', 'node', IMAGE, '-e', script])) as Record<string, unknown>;
-    expect(out).toEqual({ node: expect.stringMatching(/^v24\./), installCni: '/app/dist/src/cli/main.js', plugin: '755', tools: [], leftovers: [] });
+    expect(out).toEqual({ node: expect.stringMatching(/^v24\./), nodeOptions: '--max-semi-space-size=16', installCni: '/app/dist/src/cli/main.js', plugin: '755', tools: [], leftovers: [] });
     expect((await podman(['image', 'inspect', '--format', '{{len .RootFS.Layers}}', IMAGE])).trim()).toBe('1');
     const help = await podman(['run', '--rm', '--network', 'none', IMAGE, 'install-cni', '--help']);
     for (const word of ['--log_output_level', '--log_as_json', ...Object.keys(CHART_ENV).filter((n) => n !== 'ALLOW_SWITCH_TO_HOST_NS')]) expect(help).toContain(word);

@@ -558,7 +558,13 @@ describe('Dockerfile (static checks; npm run test:image runs the built image)', 
   it('runs as root (the agent needs CAP_NET_ADMIN, CAP_SYS_ADMIN, ...) and sets only variables the agent reads (and PATH)', () => {
     const users = finalStage().body.filter((i) => i.op === 'USER').map((i) => i.args);
     expect(users.every((u) => u === 'root' || u === '0')).toBe(true);
-    expect(Object.keys(dockerfileEnv()).filter((n) => n !== 'PATH' && !isRead(n))).toEqual([]);
+    expect(Object.keys(dockerfileEnv()).filter((n) => n !== 'PATH' && n !== 'NODE_OPTIONS' && !isRead(n))).toEqual([]);
+  });
+
+  it("gives Node 24 Node 20's young-generation ceiling, and CI's Node 24 run uses the same flags", () => {
+    const flags = dockerfileEnv()['NODE_OPTIONS'];
+    expect(flags).toBe('--max-semi-space-size=16');
+    expect(read('scripts/test-node-lts.sh')).toContain(`export NODE_OPTIONS="${flags}\${NODE_OPTIONS:+ $NODE_OPTIONS}"`);
   });
 
   it('copies from the build context only files that exist and that .dockerignore keeps', () => {
