@@ -17,6 +17,7 @@ import { TimedRuleManager } from '../rules/timed-manager.js';
 import { PodRegistry } from '../zds/registry.js';
 import { ZdsServer } from '../zds/server.js';
 import type { AgentConfig } from './config.js';
+import { DebugServer, debugSocketPath } from './debug-server.js';
 import { HealthServer } from './health-server.js';
 import { PluginEventServer } from './plugin-event-server.js';
 import { PluginLogServer } from './plugin-log-server.js';
@@ -56,6 +57,7 @@ export class Agent {
   readonly #plugin: PluginEventServer;
   readonly #pluginLog: PluginLogServer;
   readonly #health: HealthServer;
+  readonly #debug: DebugServer;
   readonly #metricsServer: MetricsServer;
   readonly #installer: Installer | undefined;
   readonly #stop = new AbortController();
@@ -99,14 +101,15 @@ export class Agent {
       metrics.pluginRequests.inc({ response_code: String(status) });
       if (route === '/cmdadd') metrics.podOnboarding.observe({ result: status === 200 ? 'ok' : 'error' }, seconds);
     };
-    this.#health = new HealthServer(config.healthPort, () => this.notReadyReasons(), '0.0.0.0', () => this.debugPods());
+    this.#health = new HealthServer(config.healthPort, () => this.notReadyReasons());
+    this.#debug = new DebugServer(debugSocketPath(config.runDir), () => this.debugPods());
     this.#metricsServer = new MetricsServer(metrics, config.metricsPort);
-    this.#pluginLog = new PluginLogServer(join(config.runDir, PLUGIN_LOG_SOCKET), this.#log);
+    this.#pluginLog = new PluginLogServer(join(config.runDir, PLUGIN_LOG_SOCKET), this.#log, config.logLevels);
     this.#installer = deps.installer;
   }
 
   /**
-   * /debug/pods: every pod handed to ztunnel, its netns, whether its rules are as expected right
+   * /debug/pods (on the debug socket): every pod handed to ztunnel, its netns, whether its rules are as expected right
    * now (verified on request), and what each ztunnel connection said about it.
    */
   async debugPods(): Promise<unknown> {
@@ -150,6 +153,7 @@ export class Agent {
     await this.#health.start();
     await this.#metricsServer.start();
     await this.#pluginLog.start();
+    await this.#debug.start();
     if (this.#backendRules instanceof NftablesInpodRules) await this.#backendRules.warmUp();
     await this.source.prepare();
     this.zds.start();
@@ -191,6 +195,7 @@ export class Agent {
     await this.#health.close();
     await this.#metricsServer.close();
     await this.#pluginLog.close();
+    await this.#debug.close();
   }
 
   async #cleanUpNode(): Promise<void> {

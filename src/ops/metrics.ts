@@ -44,11 +44,14 @@ export class AgentMetrics {
   }
 }
 
+/** Every path the metrics port answers; anything else is 404. */
+export const METRICS_ROUTES = ['/metrics'] as const;
+
 /** Serves /metrics (and nothing else) on the metrics port. */
 export class MetricsServer extends PortServer {
   constructor(metrics: AgentMetrics, port: number, host = '0.0.0.0') {
     super((req, res) => {
-      if (req.url !== '/metrics') return void res.writeHead(404).end('not found\n');
+      if ((req.url ?? '').split('?')[0] !== '/metrics') return void res.writeHead(404).end('not found\n');
       metrics.registry.metrics().then(
         (text) => res.writeHead(200, { 'Content-Type': metrics.registry.contentType }).end(text),
         (err: Error) => res.writeHead(500).end(err.message),
