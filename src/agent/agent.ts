@@ -40,6 +40,8 @@ export interface AgentDeps {
   metrics?: AgentMetrics;
   /** The ZDS socket, bound by `run` before this module loaded (see bindZdsSocket). */
   zdsListener?: SeqpacketListener;
+  /** Tests shorten the ADD answer deadline (default ADD_ANSWER_MS). */
+  addAnswerMs?: number;
 }
 
 export class Agent {
@@ -94,7 +96,8 @@ export class Agent {
       add: (e) => this.source.cniAdd(e),
       del: (e) => this.source.cniDel(e),
       check: (e) => this.source.cniCheck(e),
-    }, this.#log);
+      pendingAdd: (e) => this.source.pendingAdd?.(e),
+    }, this.#log, deps.addAnswerMs !== undefined ? { addAnswerMs: deps.addAnswerMs } : {});
     this.#plugin.onRequest = (route, status, seconds) => {
       metrics.pluginRequests.inc({ response_code: String(status) });
       if (route === '/cmdadd') metrics.podOnboarding.observe({ result: status === 200 ? 'ok' : 'error' }, seconds);

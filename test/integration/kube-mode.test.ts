@@ -88,7 +88,8 @@ describe('Kubernetes mode', () => {
     };
     const a = new Agent(config, {
       addon,
-      makeSource: (deps) => new KubernetesSource(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host, finder, ...(addAnswerMs ? { addAnswerMs } : {}) }),
+      makeSource: (deps) => new KubernetesSource(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host, finder }),
+      ...(addAnswerMs ? { addAnswerMs } : {}),
     });
     await a.start();
     agent = a;
