@@ -86,6 +86,12 @@ export class Agent {
       snapshot: () => this.registry.snapshot(),
       log: this.#log,
       onAck: (request, seconds, ok) => metrics.zdsAck.observe({ request, result: ok ? 'ok' : 'error' }, seconds),
+      ztunnelWaitMs: config.ztunnelWaitMs,
+      onWaited: (seconds, enrolled) => {
+        const result = enrolled ? 'enrolled' : 'failed';
+        metrics.ztunnelWaits.inc({ result });
+        metrics.ztunnelWaitSeconds.observe({ result }, seconds);
+      },
       ...(deps.zdsListener ? { listener: deps.zdsListener } : {}),
     });
     this.zds.onConnectionCount = (n) => metrics.ztunnelConnected.set(n);
