@@ -51,7 +51,7 @@ class FakeConnection implements PodAddTarget {
 /** The server's side: the connection list, accept wake-ups, the gaps; a ZdsSink for the registry. */
 class FakeZds implements ZdsSink {
   readonly connections: FakeConnection[] = [];
-  readonly lines: Array<{ msg: string; waited?: number; failed?: number }> = [];
+  readonly lines: Array<{ msg: string; goneMs?: number; waited?: number; failed?: number }> = [];
   readonly waits: Array<{ seconds: number; enrolled: boolean }> = [];
   readonly deletes: string[] = [];
   readonly gaps: ZtunnelGaps;
@@ -131,7 +131,7 @@ describe('PodAddDelivery: waiting for a ztunnel', () => {
     expect(zds.waits.every((w) => w.seconds >= 0.04 && w.seconds < 1)).toBe(true);
     expect(zds.gapLines()).toHaveLength(1);
     expect(zds.gapLines()[0]).toMatch(/^ztunnel gone for \d+ ms, 10 pods waited, all enrolled$/);
-    const gone = zds.lines.find((l) => l.msg.startsWith('ztunnel gone')) as { goneMs: number };
+    const gone = zds.lines.find((l) => l.msg.startsWith("ztunnel gone"))!;
     expect(gone.goneMs).toBeGreaterThanOrEqual(45);
   });
 
