@@ -64,6 +64,18 @@ describe('ZDS server: adds wait for a restarting ztunnel', () => {
     expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:early', 'snapshotSent:', 'add:late']);
   });
 
+  it('a pod deleted while the snapshot is under way goes out as keep (its handle is closed), then as del', async () => {
+    registry.adopt(pod('a'), openOwnNamespace());
+    registry.adopt(pod('b'), openOwnNamespace());
+    const z = await connect({ ackDelayMs: 80 });
+    await z.waitFor(() => z.messages.length >= 1);
+    await registry.delete('b'); // closes b's handle before its snapshot entry is sent
+    await z.waitFor(() => z.snapshotSent);
+    await z.waitFor(() => z.messages.length >= 4);
+    expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:a', 'keep:b', 'snapshotSent:', 'del:b']);
+    expect(z.closed).toBe(false);
+  });
+
   it('a connection that dies mid-burst of 30 adds, replaced 0.3 s later: all 30 succeed, each added once to the new ztunnel', async () => {
     const first = await connect({ dieOnRequest: 12, ackDelayMs: 2 });
     await first.waitFor(() => first.snapshotSent);
