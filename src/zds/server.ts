@@ -1,5 +1,6 @@
 // The node agent's ZDS server: ztunnel connects here and receives every ambient pod's netns.
-// Adds go to the newest connection (the new ztunnel during a rolling update); deletes go to all.
+// Adds go to the newest connection (the new ztunnel during a rolling update), and wait, bounded,
+// for the next one when there is none (pod-add-delivery.ts); deletes go to all.
 import { bindZdsSocket } from './bind.js';
 import type { SeqpacketListener, SeqpacketSocket } from '../addon/seqpacket.js';
 import type { RawAddon } from '../addon/binding.js';
