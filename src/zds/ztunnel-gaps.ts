@@ -11,6 +11,8 @@ interface Gap {
   /** When the last connection closed; undefined: before any ztunnel connected. */
   lostAt: bigint | undefined;
   endedAt: bigint | undefined;
+  /** No gap at all: the newest connection died but an older one was still there. */
+  handedOver: boolean;
   waited: number;
   failed: number;
   pending: number;
@@ -76,6 +78,7 @@ export class ZtunnelGaps {
     const t = now();
     const gap = newGap(t);
     gap.endedAt = t;
+    gap.handedOver = true;
     this.#settling = gap;
     return gap;
   }
@@ -86,9 +89,13 @@ export class ZtunnelGaps {
     // Before the first connection there was no ztunnel to lose: only worth a line when adds waited.
     if (gap.lostAt === undefined && gap.waited === 0) return;
     const enrolled = gap.waited - gap.failed;
-    const outcome = gap.waited === 0 ? 'no pod waited' : `${gap.waited} pods waited, ${gap.failed === 0 ? 'all enrolled' : `${enrolled} enrolled, ${gap.failed} failed closed`}`;
+    const outcome = gap.waited === 0 ? 'no pod waited' : `${gap.waited} ${gap.waited === 1 ? 'pod' : 'pods'} waited, ${gap.failed === 0 ? 'all enrolled' : `${enrolled} enrolled, ${gap.failed} failed closed`}`;
     const goneMs = gap.lostAt === undefined ? undefined : msBetween(gap.lostAt, gap.endedAt);
-    const line = goneMs === undefined ? `ztunnel connected for the first time, ${outcome}` : `ztunnel gone for ${goneMs} ms, ${outcome}`;
+    const line = gap.handedOver
+      ? `ztunnel connection lost with adds in flight, an older connection took them: ${outcome}`
+      : goneMs === undefined
+        ? `ztunnel connected for the first time, ${outcome}`
+        : `ztunnel gone for ${goneMs} ms, ${outcome}`;
     const fields = { goneMs, waited: gap.waited, enrolled, failed: gap.failed };
     if (gap.failed > 0) this.log.warn(fields, line);
     else this.log.info(fields, line);
@@ -96,5 +103,5 @@ export class ZtunnelGaps {
 }
 
 function newGap(lostAt: bigint | undefined): Gap {
-  return { lostAt, endedAt: undefined, waited: 0, failed: 0, pending: 0 };
+  return { lostAt, endedAt: undefined, handedOver: false, waited: 0, failed: 0, pending: 0 };
 }

@@ -122,8 +122,8 @@ describe.skipIf(skip)(`ADDs across a ztunnel restart${reason}`, () => {
     for (const p of batch) expect(run.last(p.uid, 'ADD')!.ms, `${p.name} ADD ms`).toBeLessThan(4_000);
     await back.waitFor(() => back.ready, 5_000, 'the new ztunnel synced');
     for (const p of batch) await expectEnrolledOnce(p);
-    expect(gapLines()).toEqual([expect.stringMatching(/^ztunnel gone for \d+ ms, \d+ pods waited, all enrolled$/)]);
-    expect(Number(/(\d+) pods waited/.exec(gapLines()[0]!)![1])).toBeGreaterThanOrEqual(waiting);
+    expect(gapLines()).toEqual([expect.stringMatching(/^ztunnel gone for \d+ ms, \d+ pods? waited, all enrolled$/)]);
+    expect(Number(/(\d+) pods? waited/.exec(gapLines()[0]!)![1])).toBeGreaterThanOrEqual(waiting);
 
     // Traffic of pods enrolled during the gap is captured: pod 0 -> pod 1 leaves through ztunnel's
     // outbound listener in pod 0 and arrives through its inbound listener in pod 1.
@@ -156,7 +156,9 @@ describe.skipIf(skip)(`ADDs across a ztunnel restart${reason}`, () => {
     // The runtime retries our plugin's ADD of each sandbox (bridge + host-local are done).
     for (const p of batch) expect(await runOurPlugin(env, 'ADD', p.cni, prevResultOf(p.ns)), p.name).toMatchObject({ ok: true });
     for (const p of batch) await expectEnrolledOnce(p);
-    expect(gapLines().at(-1)).toMatch(/^ztunnel gone for (9|10|11)\d{3} ms, 3 pods waited, 0 enrolled, 3 failed closed$/);
+    const line = gapLines().at(-1) ?? '';
+    expect(line).toMatch(/^ztunnel gone for \d+ ms, 3 pods waited, 0 enrolled, 3 failed closed$/);
+    expect(Number(/gone for (\d+) ms/.exec(line)![1])).toBeGreaterThanOrEqual(9_500);
   }, 60_000);
 
   it('the connection dies in the middle of a burst of 30 ADDs and is replaced within 1 s: all 30 succeed, each enrolled once', async () => {
@@ -176,7 +178,7 @@ describe.skipIf(skip)(`ADDs across a ztunnel restart${reason}`, () => {
     await second.waitFor(() => second.ready, 5_000, 'the new ztunnel synced');
     for (const p of batch) await expectEnrolledOnce(p);
     const gaps = gapLines().slice(gapsBefore);
-    expect(gaps).toEqual([expect.stringMatching(/^ztunnel gone for \d+ ms, \d+ pods waited, all enrolled$/)]);
-    expect(Number(/(\d+) pods waited/.exec(gaps[0]!)![1]), 'ADDs in flight when the connection died waited for the next one').toBeGreaterThan(0);
+    expect(gaps).toEqual([expect.stringMatching(/^ztunnel gone for \d+ ms, \d+ pods? waited, all enrolled$/)]);
+    expect(Number(/(\d+) pods? waited/.exec(gaps[0]!)![1]), 'ADDs in flight when the connection died waited for the next one').toBeGreaterThan(0);
   }, 90_000);
 });

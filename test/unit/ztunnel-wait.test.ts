@@ -161,7 +161,7 @@ describe('PodAddDelivery: waiting for a ztunnel', () => {
     expect(Date.now() - started).toBeGreaterThanOrEqual(55);
     expect(zds.gapLines()).toEqual([]); // the gap is not over yet
     zds.connect();
-    expect(zds.gapLines()).toEqual([expect.stringMatching(/^ztunnel gone for \d+ ms, 1 pods waited, 0 enrolled, 1 failed closed$/)]);
+    expect(zds.gapLines()).toEqual([expect.stringMatching(/^ztunnel gone for \d+ ms, 1 pod waited, 0 enrolled, 1 failed closed$/)]);
     expect(zds.waits.map((w) => w.enrolled)).toEqual([false]);
   });
 
@@ -192,6 +192,18 @@ describe('PodAddDelivery: waiting for a ztunnel', () => {
     expect([second.received, third.received]).toEqual([['a'], ['a']]);
   });
 
+  it('the newest connection dies while an older one lives (rolling update): its adds go to the older one at once', async () => {
+    const zds = new FakeZds(1000);
+    const older = zds.connect();
+    const newest = zds.connect(() => 'hold');
+    const adding = zds.podAdded('a', INFO, NETNS);
+    await sleep(5);
+    zds.kill(newest);
+    expect(await outcome(adding)).toBe('ok');
+    expect([newest.received, older.received]).toEqual([['a'], ['a']]);
+    expect(zds.gapLines()).toEqual(['ztunnel connection lost with adds in flight, an older connection took them: 1 pod waited, all enrolled']);
+  });
+
   it('the first connection ever: the line says so, only when adds waited', async () => {
     const quiet = new FakeZds(1000);
     quiet.connect();
@@ -200,7 +212,7 @@ describe('PodAddDelivery: waiting for a ztunnel', () => {
     const adding = zds.podAdded('a', INFO, NETNS);
     zds.connect();
     await adding;
-    expect(zds.gapLines()).toEqual(['ztunnel connected for the first time, 1 pods waited, all enrolled']);
+    expect(zds.gapLines()).toEqual(['ztunnel connected for the first time, 1 pod waited, all enrolled']);
   });
 });
 
