@@ -41,6 +41,8 @@ export interface AgentDeps {
   metrics?: AgentMetrics;
   /** The ZDS socket, bound by `run` before this module loaded (see bindZdsSocket). */
   zdsListener?: SeqpacketListener;
+  /** Tests shorten the ADD answer deadline (default ADD_ANSWER_MS). */
+  addAnswerMs?: number;
 }
 
 export class Agent {
@@ -86,6 +88,12 @@ export class Agent {
       snapshot: () => this.registry.snapshot(),
       log: this.#log,
       onAck: (request, seconds, ok) => metrics.zdsAck.observe({ request, result: ok ? 'ok' : 'error' }, seconds),
+      ztunnelWaitMs: config.ztunnelWaitMs,
+      onWaited: (seconds, enrolled) => {
+        const result = enrolled ? 'enrolled' : 'failed';
+        metrics.ztunnelWaits.inc({ result });
+        metrics.ztunnelWaitSeconds.observe({ result }, seconds);
+      },
       ...(deps.zdsListener ? { listener: deps.zdsListener } : {}),
     });
     this.zds.onConnectionCount = (n) => metrics.ztunnelConnected.set(n);
@@ -96,7 +104,8 @@ export class Agent {
       add: (e) => this.source.cniAdd(e),
       del: (e) => this.source.cniDel(e),
       check: (e) => this.source.cniCheck(e),
-    }, this.#log);
+      pendingAdd: (e) => this.source.pendingAdd?.(e),
+    }, this.#log, deps.addAnswerMs !== undefined ? { addAnswerMs: deps.addAnswerMs } : {});
     this.#plugin.onRequest = (route, status, seconds) => {
       metrics.pluginRequests.inc({ response_code: String(status) });
       if (route === '/cmdadd') metrics.podOnboarding.observe({ result: status === 200 ? 'ok' : 'error' }, seconds);

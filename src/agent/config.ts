@@ -7,6 +7,13 @@ import { DEFAULT_HOST_PROBE_SNAT_IPV4, DEFAULT_HOST_PROBE_SNAT_IPV6 } from '../r
 import { parseGoBool } from '../rules/settings.js';
 import { UsageError } from '../cli/usage-error.js';
 import { applyOutputLevels, isPinoLevel, PINO_LEVELS, uniformLevels, type ScopeLevels } from '../ops/log-levels.js';
+import { ADD_ANSWER_MS } from '../cni/protocol.js';
+
+/**
+ * The longest ztunnel wait allowed: an ADD that waited it out still has half a second for the
+ * rest of its work (netns, rules, state file) and for the answer within ADD_ANSWER_MS.
+ */
+export const MAX_ZTUNNEL_WAIT_MS = ADD_ANSWER_MS - 500;
 
 export type KubeMode = 'auto' | 'none';
 
@@ -50,6 +57,8 @@ export interface AgentConfig {
   istioOwnedCniConfigFilename: string | undefined;
   /** ENABLE_AMBIENT_DETECTION_RETRY: written into the plugin's config entry for Istio's plugin. */
   enableAmbientDetectionRetry: boolean;
+  /** AMBIENT_ZTUNNEL_WAIT_TIMEOUT: how long an ADD waits for a (re)connecting ztunnel to ack its pod. */
+  ztunnelWaitMs: number;
 }
 
 interface Option {
@@ -90,6 +99,7 @@ export const OPTIONS: readonly Option[] = [
   { flag: 'chained-cni-plugin', env: 'CHAINED_CNI_PLUGIN', fallback: 'true', help: 'chain into the primary config (false: a standalone config file)', kind: 'bool' },
   { flag: 'istio-owned-cni-config', env: 'ISTIO_OWNED_CNI_CONFIG', fallback: 'false', help: 'leave the primary config alone; write our own that sorts first', kind: 'bool' },
   { flag: 'istio-owned-cni-config-filename', env: 'ISTIO_OWNED_CNI_CONFIG_FILENAME', fallback: '', help: 'its name (default 02-istio-cni.conflist)', kind: 'string' },
+  { flag: 'ztunnel-wait-timeout', env: 'AMBIENT_ZTUNNEL_WAIT_TIMEOUT', fallback: '3s', help: `how long an ADD waits for a restarting ztunnel (Go duration, 0 to max ${MAX_ZTUNNEL_WAIT_MS}ms; 0 fails at once like Istio)`, kind: 'string' },
   { flag: 'reconcile-pod-rules-on-startup', env: 'AMBIENT_RECONCILE_POD_RULES_ON_STARTUP', fallback: 'true', help: 'verify and repair in-pod rules at start', kind: 'bool' },
   { flag: 'enable-ambient-detection-retry', env: 'ENABLE_AMBIENT_DETECTION_RETRY', fallback: 'false', help: "written into the CNI config entry for Istio's plugin (this plugin asks the agent, never the API server)", kind: 'bool' },
 ];
@@ -154,6 +164,26 @@ function port(raw: Raw, flag: string, problems: string[]): number {
   return n;
 }
 
+const GO_DURATION_UNITS_MS: Record<string, number> = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+
+/** A Go duration ("3s", "1.5s", "500ms", "1m30s", "0") in milliseconds; undefined when malformed. */
+export function parseGoDurationMs(text: string): number | undefined {
+  if (text === '0') return 0;
+  const parts = [...text.matchAll(/(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)/gy)];
+  if (parts.length === 0 || parts.map((p) => p[0]).join('') !== text) return undefined;
+  return parts.reduce((ms, p) => ms + Number(p[1]) * GO_DURATION_UNITS_MS[p[2]!]!, 0);
+}
+
+function ztunnelWait(raw: Raw, problems: string[]): number {
+  const text = raw['ztunnel-wait-timeout'] ?? '';
+  const ms = parseGoDurationMs(text);
+  if (ms === undefined || ms > MAX_ZTUNNEL_WAIT_MS) {
+    problems.push(`--ztunnel-wait-timeout: expected a duration from 0 to ${MAX_ZTUNNEL_WAIT_MS}ms (inside the ${ADD_ANSWER_MS} ms ADD answer), got ${JSON.stringify(text)}`);
+    return 0;
+  }
+  return Math.round(ms);
+}
+
 function backendOf(raw: string, problems: string[]): 'nftables' | 'iptables' {
   if (raw === 'nftables' || raw === 'iptables') return raw;
   const asBool = parseGoBool(raw); // NATIVE_NFTABLES=true|false, as Istio's chart sets it
@@ -206,6 +236,7 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
     istioOwnedCniConfig: bool(raw, 'istio-owned-cni-config', problems),
     istioOwnedCniConfigFilename: get('istio-owned-cni-config-filename') || undefined,
     enableAmbientDetectionRetry: bool(raw, 'enable-ambient-detection-retry', problems),
+    ztunnelWaitMs: ztunnelWait(raw, problems),
   };
   if (!bool(raw, 'ambient-enabled', problems)) problems.push('--ambient-enabled: only ambient mode is implemented (sidecar-mode CNI is not); it must be true');
   if (problems.length > 0) throw new UsageError(problems.join('\n'));

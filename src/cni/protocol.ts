@@ -9,6 +9,20 @@ export const PLUGIN_LOG_SOCKET = 'log.sock';
 /** Written atomically by the agent; read by the plugin only when the agent is unreachable. */
 export const ENABLEMENT_SNAPSHOT_FILE = 'ambient-enablement.json';
 
+/**
+ * How long the plugin waits for the agent's answer (Istio's HTTP client timeout; the plugin's
+ * kAgentTimeoutMs in native/cni-plugin/commands.cc). After it the plugin reports an unreachable
+ * agent ("try again later"), which hides the real cause.
+ */
+export const PLUGIN_AGENT_TIMEOUT_MS = 5_000;
+
+/**
+ * Every ADD is answered within this, naming what is still pending, so the plugin reports the
+ * agent's reason rather than its own timeout. Applied once, by the plugin-event server; the
+ * enrolment itself carries on (a retried ADD of the pod queues behind it).
+ */
+export const ADD_ANSWER_MS = PLUGIN_AGENT_TIMEOUT_MS - 1_000;
+
 export const ROUTE_ADD = '/cmdadd';
 export const ROUTE_DEL = '/cmddel';
 export const ROUTE_CHECK = '/cmdcheck';

@@ -39,6 +39,21 @@ export class AgentMetrics {
     registers: [this.registry],
   });
 
+  /** CNI ADDs (and informer adds) that found no ztunnel, or lost its connection, and waited for the next one. */
+  readonly ztunnelWaits = new Counter({
+    name: 'ambient_node_agent_ztunnel_waits_total',
+    help: 'Pod adds that waited for a (re)connecting ztunnel, by result (enrolled, failed)',
+    labelNames: ['result'],
+    registers: [this.registry],
+  });
+  readonly ztunnelWaitSeconds = new Histogram({
+    name: 'ambient_node_agent_ztunnel_wait_seconds',
+    help: 'How long pod adds waited for a (re)connecting ztunnel to acknowledge them, by result',
+    labelNames: ['result'],
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
+  });
+
   constructor() {
     collectDefaultMetrics({ register: this.registry });
   }

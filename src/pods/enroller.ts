@@ -7,11 +7,10 @@ import { describeDrift, type DriftReport } from '../rules/drift.js';
 import type { InpodRuleManager, RulesStamp } from '../rules/manager.js';
 import { NO_OVERRIDES } from '../rules/settings.js';
 import { KeyedQueue } from '../util/keyed-queue.js';
-import { answerWithin } from '../util/answer-within.js';
 import { mapLimit } from '../util/map-limit.js';
 import type { PodIdentity, PodRegistry } from '../zds/registry.js';
 import { PodNetnsOpener } from './netns-path.js';
-import { onboardPod, RuleApplyError } from './onboard.js';
+import { onboardingPending, onboardPod, RuleApplyError } from './onboard.js';
 import type { EnrolledPod, PodStateStore } from './state-store.js';
 
 /** What the CNI path knows about a pod. */
@@ -35,22 +34,6 @@ export interface EnrollerDeps {
   /** Standalone mode has no service accounts to read; Kubernetes mode passes the real one. */
   serviceAccountOf?: (pod: CniPod) => string;
   log?: Logger;
-  /** How long an ADD may take before it is answered with what is still pending (ADD_ANSWER_MS). */
-  addAnswerMs?: number;
-}
-
-/**
- * An ADD is answered within this, naming what is still pending. The plugin gives up on the agent
- * after 5 s (Istio's HTTP timeout) and then reports an unreachable agent ("try again later"),
- * which hides the real cause; ztunnel's ack timeout is 5 s too, and the adds of a burst wait for
- * each other on the one ZDS connection. The work itself carries on: a retried ADD of the pod
- * queues behind it, and a pod ztunnel has not acked stays registered for its next snapshot.
- */
-export const ADD_ANSWER_MS = 4_000;
-
-interface AddProgress {
-  stage: 'queued' | 'enrolling';
-  rulesApplied: boolean;
 }
 
 const RESTORE_CONCURRENCY = 8;
@@ -67,6 +50,8 @@ export class PodEnroller {
   readonly #opener: PodNetnsOpener;
   /** Pods reopen() registered whose rules verifyReopened() has not checked yet. */
   readonly #reopened: string[] = [];
+  /** ADDs waiting behind an earlier ADD or DEL of the same pod (what a late answer names). */
+  readonly #queuedAdds = new Map<string, number>();
 
   constructor(private readonly deps: EnrollerDeps) {
     this.#log = (deps.log ?? silentLogger).child({ component: 'enroller' });
@@ -82,9 +67,9 @@ export class PodEnroller {
    * rules (one copy) and re-sends the same netns (ztunnel treats it as a no-op).
    */
   add(pod: CniPod): Promise<void> {
-    const progress: AddProgress = { stage: 'queued', rulesApplied: false };
-    const work = this.#queue.run(pod.uid, async () => {
-      progress.stage = 'enrolling';
+    this.#queuedAdds.set(pod.uid, (this.#queuedAdds.get(pod.uid) ?? 0) + 1);
+    return this.#queue.run(pod.uid, async () => {
+      this.#dequeued(pod.uid);
       const log = this.#log.child({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid });
       if (this.isExcluded(pod.namespace)) return log.info('namespace excluded; not enrolling');
       const netns = this.#open(pod.netnsPath);
@@ -97,8 +82,7 @@ export class PodEnroller {
         throw new Error(`cannot record the pod in ${this.deps.store.dir}: ${(err as Error).message}`, { cause: err });
       }
       try {
-        const deps = { ...this.deps, onRulesApplied: () => void (progress.rulesApplied = true) };
-        const { rulesMs, zdsMs, stamp } = await onboardPod(deps, this.#identity(pod), netns, NO_OVERRIDES);
+        const { rulesMs, zdsMs, stamp } = await onboardPod(this.deps, this.#identity(pod), netns, NO_OVERRIDES);
         this.#remember(pod.uid, stamp);
         log.info({ rulesMs, zdsMs, netnsIno: netns.ino }, 'pod enrolled');
       } catch (err) {
@@ -106,31 +90,18 @@ export class PodEnroller {
         throw err;
       }
     });
-    return this.#answerWithin(work, pod, progress);
   }
 
-  /** `work`'s outcome, or after addAnswerMs an error naming what it still waits for (it carries on). */
-  #answerWithin(work: Promise<void>, pod: CniPod, progress: AddProgress): Promise<void> {
-    const ms = this.deps.addAnswerMs ?? ADD_ANSWER_MS;
-    const log = (): Logger => this.#log.child({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid });
-    return answerWithin(work, {
-      ms,
-      late: () => {
-        const pending =
-          progress.stage === 'queued'
-            ? 'an earlier ADD or DEL of this pod is still running'
-            : progress.rulesApplied
-              ? 'ztunnel has not acknowledged it (its in-pod rules are in place; the pod stays registered and goes to ztunnel with its next snapshot)'
-              : 'its in-pod rules are not applied yet';
-        const err = new Error(`pod ${pod.namespace}/${pod.name} not enrolled within ${ms} ms: ${pending}`);
-        log().warn({ err: err.message }, 'answering the ADD before the plugin gives up; the enrolment carries on');
-        return err;
-      },
-      settledLate: (err) =>
-        err === undefined
-          ? log().info('late enrolment finished after the ADD was answered')
-          : log().warn({ err: (err as Error).message }, 'late enrolment failed after the ADD was answered'),
-    });
+  /** What an ADD of this pod that is still running waits for (named in an ADD answered late). */
+  pendingAdd(uid: string): string | undefined {
+    if (this.#queuedAdds.has(uid)) return 'an earlier ADD or DEL of this pod is still running';
+    return onboardingPending(this.deps.registry, uid);
+  }
+
+  #dequeued(uid: string): void {
+    const left = (this.#queuedAdds.get(uid) ?? 1) - 1;
+    if (left > 0) this.#queuedAdds.set(uid, left);
+    else this.#queuedAdds.delete(uid);
   }
 
   /**

@@ -88,11 +88,31 @@ describe('standalone agent', () => {
     expect(addon.openFds).toBe(1);
   });
 
-  it('answers 500 with the reason when ztunnel is not there, and the pod goes out with the next snapshot', async () => {
+  it('with no ztunnel, an ADD waits for one to connect and is answered by its snapshot ack (one add, no second one)', async () => {
+    const adding = postUnix(sock(), '/cmdadd', addEvent('db'));
+    await new Promise((r) => setTimeout(r, 300));
+    const z = await ztunnel();
+    expect(await adding).toEqual({ status: 200, body: '' });
+    expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:uid-db', 'snapshotSent:']);
+    const metrics = await agent.metrics.registry.getSingleMetricAsString('ambient_node_agent_ztunnel_waits_total');
+    expect(metrics).toContain('ambient_node_agent_ztunnel_waits_total{result="enrolled"} 1');
+  });
+
+  it('answers 500 naming ztunnel when none comes within the wait, and the pod goes out with the next snapshot', async () => {
+    await agent.stop();
+    agent = new Agent({ ...config, ztunnelWaitMs: 150 }, { addon });
+    await agent.start();
     const res = await postUnix(sock(), '/cmdadd', addEvent('db'));
-    expect(res).toEqual({ status: 500, body: 'no ztunnel connection' });
+    expect(res).toEqual({ status: 500, body: 'no ztunnel connection (waited 150 ms for one; the pod stays registered for the next snapshot)' });
     const z = await ztunnel();
     expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:uid-db', 'snapshotSent:']);
+  });
+
+  it('with ztunnel-wait-timeout 0, fails at once with Istio\'s text', async () => {
+    await agent.stop();
+    agent = new Agent({ ...config, ztunnelWaitMs: 0 }, { addon });
+    await agent.start();
+    expect(await postUnix(sock(), '/cmdadd', addEvent('db'))).toEqual({ status: 500, body: 'no ztunnel connection' });
   });
 
   it('answers 400 for a bad body and 500 when the netns does not exist', async () => {
