@@ -34,12 +34,25 @@ void NetnsExecutor::StartWorkerLocked() {
 }
 
 void NetnsExecutor::Submit(std::unique_ptr<NetnsJob> job) {
+  SysError refused;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;  // the job is dropped with the executor
-    queue_.push_back(std::move(job));
+    if (!unusable_) {
+      queue_.push_back(std::move(job));
+    } else {
+      refused = birth_error_;
+    }
   }
+  if (job) return FailJob(std::move(job), refused);
   cv_.notify_one();
+}
+
+void NetnsExecutor::FailJob(std::unique_ptr<NetnsJob> job, const SysError& err) {
+  job->enter_error = err;
+  job->CloseTarget();
+  NetnsJob* raw = job.get();
+  raw->Complete(std::move(job));
 }
 
 void NetnsExecutor::Stop() {
@@ -71,10 +84,9 @@ std::unique_ptr<NetnsJob> NetnsExecutor::NextJob() {
   return job;
 }
 
-bool NetnsExecutor::ReturnHome() {
-  SysError err;
+bool NetnsExecutor::ReturnHome(SysError* err) {
   NetnsId now;
-  return EnterNetns(home_fd_, &err) && CurrentThreadNetns(&now, &err) && now.ino == home_id_.ino &&
+  return EnterNetns(home_fd_, err) && CurrentThreadNetns(&now, err) && now.ino == home_id_.ino &&
          now.dev == home_id_.dev;
 }
 
@@ -87,12 +99,14 @@ bool NetnsExecutor::RunJob(NetnsJob* job) {
   if (!entered) return true;
   job->RunInside();
   if (job->poison_return) return false;
-  return ReturnHome();
+  SysError err;
+  return ReturnHome(&err);
 }
 
 void NetnsExecutor::WorkerMain() {
   // A worker that cannot even reach home at birth is not replaced: that would loop forever.
-  if (!ReturnHome()) return Retire(false);
+  SysError birth;
+  if (!ReturnHome(&birth)) return RetireUnborn(birth);
   bool healthy = true;
   while (healthy) {
     std::unique_ptr<NetnsJob> job = NextJob();
@@ -108,19 +122,47 @@ void NetnsExecutor::WorkerMain() {
   Retire(true);
 }
 
+// The last worker that dies at birth turns the executor unusable and fails what is queued, so
+// callers get setns's error (EPERM without CAP_SYS_ADMIN) instead of a promise that never settles.
+void NetnsExecutor::RetireUnborn(const SysError& err) {
+  SysError reported = err;
+  if (reported.detail.empty()) {
+    reported.detail = "the addon's namespace threads cannot switch network namespaces (the agent needs CAP_SYS_ADMIN)";
+  }
+  std::deque<std::unique_ptr<NetnsJob>> orphans;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.threads_alive--;
+    if (stopping_) return;  // Stop() owns and joins the remaining threads
+    stats_.threads_retired++;
+    DetachSelfLocked();
+    if (stats_.threads_alive == 0) {
+      unusable_ = true;
+      birth_error_ = reported;
+      orphans.swap(queue_);
+    }
+  }
+  // Nothing below touches the executor: this thread is detached and may outlive it.
+  for (auto& job : orphans) FailJob(std::move(job), reported);
+}
+
 void NetnsExecutor::Retire(bool respawn) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.threads_alive--;
   if (stopping_) return;  // Stop() owns and joins the remaining threads
   stats_.threads_retired++;
+  DetachSelfLocked();
+  if (respawn) StartWorkerLocked();
+}
+
+void NetnsExecutor::DetachSelfLocked() {
   for (auto it = workers_.begin(); it != workers_.end(); ++it) {
     if (it->get_id() == std::this_thread::get_id()) {
-      it->detach();  // the thread ends as soon as this function returns
+      it->detach();  // the thread ends as soon as its caller returns
       workers_.erase(it);
-      break;
+      return;
     }
   }
-  if (respawn) StartWorkerLocked();
 }
 
 }  // namespace ana

@@ -61,8 +61,11 @@ class NetnsExecutor {
   void WorkerMain();
   std::unique_ptr<NetnsJob> NextJob();
   bool RunJob(NetnsJob* job);
-  bool ReturnHome();
+  bool ReturnHome(SysError* err);
   void Retire(bool respawn);
+  void RetireUnborn(const SysError& err);
+  void DetachSelfLocked();
+  static void FailJob(std::unique_ptr<NetnsJob> job, const SysError& err);
 
   int home_fd_ = -1;
   NetnsId home_id_;
@@ -71,6 +74,10 @@ class NetnsExecutor {
   std::deque<std::unique_ptr<NetnsJob>> queue_;
   std::vector<std::thread> workers_;
   bool stopping_ = false;
+  // Set when every worker died at birth (setns home refused, e.g. without CAP_SYS_ADMIN): jobs
+  // then fail at once with this error instead of waiting in a queue no thread will ever drain.
+  bool unusable_ = false;
+  SysError birth_error_;
   ExecutorStats stats_;
 };
 

@@ -70,7 +70,12 @@ export async function runAgent(args: string[], out: (s: string) => void, stop: P
   const agent = new Agent(config, { log: agentLog, zdsListener, makeSource: await sourceFactory(config, process.env), ...(installer ? { installer } : {}) });
   // A SIGTERM may come while start() still waits (for a CNI config to appear, say): stop then.
   const started = agent.start();
-  const first = await Promise.race([started.then(() => 'started' as const), stop.then(() => 'stop' as const)]);
+  const first = await Promise.race([started.then(() => 'started' as const), stop.then(() => 'stop' as const)]).catch(async (err: unknown) => {
+    // A failed start (no CAP_SYS_ADMIN, a host netns that cannot be opened) must end the process:
+    // the servers it already opened would otherwise keep it alive, reporting nothing.
+    await agent.stop().catch(() => undefined);
+    throw err;
+  });
   if (first === 'started') await stop;
   else started.catch((err: unknown) => log.info({ err: (err as Error).message }, 'start interrupted by the stop signal'));
   log.info('stopping: in-pod rules stay in place');

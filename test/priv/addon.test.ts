@@ -1,7 +1,12 @@
 // The native addon against the real kernel: namespaces, owned threads, errors, sockets, spawn.
-import { closeSync, statSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { closeSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { currentThreadNetns, NativeNetAddon, openFdCount, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { projectRoot } from '../../src/project-root.js';
 import { createNetns, deleteAllNetns, execIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
 
 requirePrivilegedInCi();
@@ -169,5 +174,54 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
       ]),
     ).rejects.toMatchObject({ step: 1 });
     expect(openFdCount()).toBe(before);
+  });
+});
+
+// Without CAP_SYS_ADMIN no worker can setns back home at birth: jobs must fail with setns's
+// error instead of waiting forever in a queue no thread drains (the agent would hang at start).
+describe.skipIf(skip)('native addon without CAP_SYS_ADMIN', () => {
+  it('rejects every job with EPERM from setns, naming the missing capability, and keeps no thread', () => {
+    const netAddon = join(projectRoot(import.meta.url), 'dist', 'src', 'addon', 'net-addon.js');
+    const script = [
+      `const { NativeNetAddon } = await import(${JSON.stringify(pathToFileURL(netAddon).href)});`,
+      'const addon = new NativeNetAddon();',
+      'const outcome = (p) => p.then(() => ({ ok: true }), (e) => ({ code: e.code, syscall: e.syscall, message: e.message }));',
+      'const first = await outcome(addon.run("fresh", []));',
+      'const later = await outcome(addon.run("fresh", []));',
+      'console.log(JSON.stringify({ first, later, stats: addon.stats() }));',
+    ].join('\n');
+    const out = execFileSync('setpriv', ['--inh-caps=-sys_admin', '--bounding-set=-sys_admin', process.execPath, '--input-type=module', '-e', script], {
+      encoding: 'utf8',
+      timeout: 10_000,
+    });
+    const { first, later, stats } = JSON.parse(out) as {
+      first: Record<string, string>;
+      later: Record<string, string>;
+      stats: { threadsAlive: number };
+    };
+    for (const r of [first, later]) {
+      expect(r).toMatchObject({ code: 'EPERM', syscall: 'setns' });
+      expect(r['message']).toContain('CAP_SYS_ADMIN');
+    }
+    expect(stats.threadsAlive).toBe(0);
+  });
+
+  it('makes `run` exit 1 at once, naming the capability, instead of hanging with its sockets open', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ana-nocap-'));
+    try {
+      for (const sub of ['bin', 'conf', 'run']) mkdirSync(join(dir, sub));
+      writeFileSync(join(dir, 'conf', '10-x.conflist'), '{"cniVersion":"0.3.1","name":"k8s-pod-network","plugins":[{"type":"bridge"}]}');
+      const main = join(projectRoot(import.meta.url), 'dist', 'src', 'cli', 'main.js');
+      const flags = ['--kube-mode', 'none', '--run-dir', join(dir, 'run'), '--cni-bin-dir', join(dir, 'bin'), '--cni-conf-dir', join(dir, 'conf')];
+      const r = spawnSync('setpriv', ['--inh-caps=-sys_admin', '--bounding-set=-sys_admin', process.execPath, main, 'run', ...flags, '--zds-socket', join(dir, 'run', 'ztunnel.sock'), '--health-port', '0', '--metrics-port', '0'], {
+        encoding: 'utf8',
+        timeout: 10_000,
+      });
+      expect(r.signal).toBeNull(); // not killed by the timeout
+      expect(r.status).toBe(1);
+      expect(r.stderr).toContain('CAP_SYS_ADMIN');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
