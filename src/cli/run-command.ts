@@ -50,17 +50,23 @@ export async function runAgent(args: string[], out: (s: string) => void, stop: P
     out(RUN_USAGE);
     return 0;
   }
-  const config = configFrom(args);
-  const zdsListener = bindZdsSocket(config.zdsSocket);
-  const [{ Agent }, { installerFor }, { createLogger }] = await Promise.all([
+  const configured = configFrom(args);
+  const zdsListener = bindZdsSocket(configured.zdsSocket);
+  const [{ Agent }, { installerFor }, { createLogger }, { NativeNetAddon }, { chooseBackend }] = await Promise.all([
     import('../agent/agent.js'),
     import('../cni-install/from-agent-config.js'),
     import('../ops/log.js'),
+    import('../addon/net-addon.js'),
+    import('../host/backend-fallback.js'),
   ]);
-  const log = createLogger({ level: config.logLevel });
+  const log = createLogger({ level: configured.logLevel });
+  const addon = new NativeNetAddon();
+  // Istio's migration guard: iptables while its ip sets are still on the node.
+  const backend = await chooseBackend(addon, configured, log);
+  const config: AgentConfig = backend === configured.backend ? configured : { ...configured, backend };
   const makeInstaller = options.makeInstaller ?? ((c, l) => installerFor(c, l));
   const installer = makeInstaller(config, log);
-  const agent = new Agent(config, { log, zdsListener, makeSource: await sourceFactory(config, process.env), ...(installer ? { installer } : {}) });
+  const agent = new Agent(config, { addon, log, zdsListener, makeSource: await sourceFactory(config, process.env), ...(installer ? { installer } : {}) });
   // A SIGTERM may come while start() still waits (for a CNI config to appear, say): stop then.
   const started = agent.start();
   const first = await Promise.race([started.then(() => 'started' as const), stop.then(() => 'stop' as const)]);

@@ -15,6 +15,7 @@ import { currentThreadNetns, NativeNetAddon, type NetnsHandle } from '../../src/
 import { Agent } from '../../src/agent/agent.js';
 import { loadAgentConfig } from '../../src/agent/config.js';
 import { KubernetesSource } from '../../src/agent/kube-source.js';
+import { chooseBackend } from '../../src/host/backend-fallback.js';
 import { HostDataplane } from '../../src/host/host-dataplane.js';
 import { openHostNetns } from '../../src/host/host-netns.js';
 import { loadKubeConfig } from '../../src/kube/client.js';
@@ -137,6 +138,18 @@ describe.skipIf(skip)(`host netns switch (ALLOW_SWITCH_TO_HOST_NS)${skip ? ` —
       expect(hostArtefacts(node)).toBe('');
     },
   );
+
+  it("NATIVE_NFTABLES=true on a node whose ip sets Istio's iptables backend left: iptables (detected in the node netns)", async () => {
+    const opts = { backend: 'nftables' as const, ipv6: true, procDir, allowSwitchToHostNs: true, selfNetnsPath: agentNs.path };
+    const log = pino({ level: 'silent' });
+    expect(await chooseBackend(addon, opts, log)).toBe('nftables');
+    execIn(node.name, ['ipset', 'create', 'istio-inpod-probes-v4', 'hash:ip', 'family', 'inet', 'comment']);
+    expect(await chooseBackend(addon, opts, log)).toBe('iptables');
+    // Only the node's sets count: the same set in the agent's own netns changes nothing.
+    execIn(node.name, ['ipset', 'destroy', 'istio-inpod-probes-v4']);
+    execIn(agentNs.name, ['ipset', 'create', 'istio-inpod-probes-v4', 'hash:ip', 'family', 'inet', 'comment']);
+    expect(await chooseBackend(addon, opts, log)).toBe('nftables');
+  });
 
   it('ALLOW_SWITCH_TO_HOST_NS=true and an unopenable <proc>/1/ns/net: a clear error naming the path and the fix', () => {
     const empty = mkdtempSync(join(tmpdir(), 'ana-noproc-'));

@@ -6,12 +6,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { loadAgentConfig } from '../../src/agent/config.js';
+import { chooseBackend } from '../../src/host/backend-fallback.js';
 import { HostDataplane } from '../../src/host/host-dataplane.js';
 import { hostNetnsPathIn, openHostNetns } from '../../src/host/host-netns.js';
 import { hostIptablesDeleteCommands } from '../../src/rules/iptables.js';
 import { hostNatDrift, IptablesHostRules, parseHostNatState } from '../../src/rules/iptables-host-manager.js';
 import { buildHostModel } from '../../src/rules/model.js';
 import { defaultRuleSettings } from '../../src/rules/settings.js';
+import { pino } from 'pino';
+import type { Logger } from '../../src/ops/log.js';
 import { FakeNetAddon } from '../fakes/fake-net-addon.js';
 
 const SAVED_RULE = '-p tcp -m owner --socket-exists -m set --match-set istio-inpod-probes-v4 dst -j SNAT --to-source 169.254.7.127';
@@ -164,5 +167,40 @@ describe('host dataplane, iptables backend, on the fake addon', () => {
     await host.cleanup();
     expect(ns.ipsets.size).toBe(0);
     handle.close();
+  });
+});
+
+describe("Istio's migration guard: NATIVE_NFTABLES=true while the iptables backend's ip sets exist", () => {
+  function setup(): { addon: FakeNetAddon; node: ReturnType<FakeNetAddon['addNetns']>; log: Logger; lines: string[] } {
+    const addon = new FakeNetAddon();
+    const node = addon.addNetns('/host/proc/1/ns/net');
+    const lines: string[] = [];
+    const log: Logger = pino({ level: 'info' }, { write: (l: string) => void lines.push(l) });
+    return { addon, node, lines, log };
+  }
+  const opts = { backend: 'nftables' as const, ipv6: true, procDir: '/host/proc', allowSwitchToHostNs: true };
+
+  it('keeps nftables on a clean node, and iptables stays iptables', async () => {
+    const { addon, log } = setup();
+    expect(await chooseBackend(addon, opts, log)).toBe('nftables');
+    expect(await chooseBackend(addon, { ...opts, backend: 'iptables' }, log)).toBe('iptables');
+    expect(addon.openFds).toBe(0);
+  });
+
+  it('uses iptables while istio-inpod-probes-v4 or -v6 exists in the host netns, and says how to migrate', async () => {
+    const { addon, node, log, lines } = setup();
+    node.ipsets.set('istio-inpod-probes-v6', { family: 6, entries: new Map() });
+    expect(await chooseBackend(addon, opts, log)).toBe('iptables');
+    expect(lines.join('')).toContain('reboot the node to complete the migration to nftables');
+    expect(await chooseBackend(addon, { ...opts, ipv6: false }, log)).toBe('nftables'); // -v6 only counts with IPv6
+    expect(addon.openFds).toBe(0);
+  });
+
+  it('a detection that fails keeps nftables, as Istio does', async () => {
+    const { addon, log, lines } = setup();
+    addon.failOn = (step) => (step.op === 'ipsetList' ? Object.assign(new Error('EPROTONOSUPPORT: no ip_set module'), { code: 'EPROTONOSUPPORT' }) : undefined);
+    expect(await chooseBackend(addon, opts, log)).toBe('nftables');
+    expect(await chooseBackend(addon, { ...opts, procDir: '/elsewhere' }, log)).toBe('nftables'); // netns unopenable
+    expect(lines.filter((l) => l.includes('could not be detected'))).toHaveLength(2);
   });
 });
