@@ -5,6 +5,7 @@
 // (in both backends): exactly one of everything afterwards, the membership reconciled.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { currentThreadNetns, NativeNetAddon, openFdCount, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { main } from '../../src/cli/main.js';
 import { HostDataplane } from '../../src/host/host-dataplane.js';
 import { IptablesHostRules } from '../../src/rules/iptables-host-manager.js';
 import { defaultRuleSettings } from '../../src/rules/settings.js';
@@ -179,6 +180,35 @@ describe.skipIf(skip)(`iptables host probe rules and ip sets in a real namespace
     expect(createLines(n)).toEqual([`create ${V4} hash:ip family inet hashsize 1024 maxelem 65536 comment`]);
     expect(natLines(n, 6)).toEqual([]);
     expect(await host.verify()).toMatchObject({ inSync: true });
+  });
+
+  it('startup sync of 3000 pods: the kernel holds all of them, listed back through a multi-part dump', async () => {
+    const n = newNode();
+    const host = dataplane({ ipv6: false });
+    await host.start();
+    const pods = Array.from({ length: 3000 }, (_, i) => ({ uid: `pod-${i}`, ips: [`10.3.${i >> 8}.${i & 0xff}`] }));
+    await host.syncEnrolled(pods);
+    expect(host.lastSync).toMatchObject({ added: 3000 });
+    expect(Object.keys(members(n, V4))).toHaveLength(3000);
+    expect((await host.probeSets.list()).get('10.3.11.183')).toBe('pod-2999');
+    await host.syncEnrolled(pods);
+    expect(host.lastSync).toMatchObject({ added: 0, unchanged: 3000, transactions: 0 });
+  });
+
+  it('`rules --backend iptables --host --apply/--verify/--delete NETNS`: the sets and the golden rules, by hand', async () => {
+    const n = newNode();
+    const io = { out: (): void => undefined, err: (): void => undefined };
+    const run = (action: string): Promise<number> => main(['rules', '--backend', 'iptables', '--host', '--ipv6', action, n.path], io, addon);
+    expect(await run('--verify')).toBe(1);
+    expect(await run('--apply')).toBe(0);
+    expect(createLines(n)).toHaveLength(2);
+    expect(natLines(n)).toEqual([':ISTIO_POSTRT - [0:0]', '-A POSTROUTING -j ISTIO_POSTRT', SAVED_V4_RULE]);
+    expect(await run('--apply')).toBe(0);
+    expect(natLines(n)).toHaveLength(3);
+    expect(await run('--verify')).toBe(0);
+    expect(await run('--delete')).toBe(0);
+    expect(natLines(n)).toEqual([]);
+    expect(await run('--verify')).toBe(1);
   });
 
   describe('taking over a node Istio\'s agent ran on', () => {
