@@ -231,7 +231,6 @@ export class ProbeSets {
   readonly #maxChanges: number;
   /** Every operation reads the set and then changes it; one at a time keeps that consistent. */
   #queue: Promise<unknown> = Promise.resolve();
-
   readonly #store: ProbeSetStore;
 
   constructor(
