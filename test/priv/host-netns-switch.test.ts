@@ -20,7 +20,9 @@ import { HostDataplane } from '../../src/host/host-dataplane.js';
 import { openHostNetns } from '../../src/host/host-netns.js';
 import { loadKubeConfig } from '../../src/kube/client.js';
 import { defaultRuleSettings } from '../../src/rules/settings.js';
-import { FakeKubeApi } from '../helpers/fake-kube-api.js';
+import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';
+import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
+import { postUnix } from '../helpers/unix-http.js';
 import { createNetns, deleteAllNetns, deleteNetns, execIn, ipIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
 import { destroyTrafficClients, exchangeFrom, TrafficServer, uniqueToken } from '../helpers/traffic.js';
 
@@ -175,7 +177,11 @@ describe.skipIf(skip)(`host netns switch (ALLOW_SWITCH_TO_HOST_NS)${skip ? ` —
       lines.length = 0;
     });
 
+    let ztunnel: FakeZtunnel | undefined;
+
     afterEach(async () => {
+      ztunnel?.close();
+      ztunnel = undefined;
       await agent?.stop();
       agent = undefined;
       await api.close();
@@ -211,6 +217,40 @@ describe.skipIf(skip)(`host netns switch (ALLOW_SWITCH_TO_HOST_NS)${skip ? ` —
       expect(execIn(node.name, ['ipset', 'list', '-n']).split('\n').filter(Boolean).sort()).toEqual(['istio-inpod-probes-v4', 'istio-inpod-probes-v6']);
       expect(hostArtefacts(agentNs)).toBe('');
     });
+
+    it.each(['iptables', 'nftables'] as const)(
+      '%s: a pod enrolled over CNI ADD gets its IP in the node netns set; a kubelet-like probe from the node passes its in-pod rules, other node traffic is captured',
+      async (backend) => {
+        api.upsertNamespace({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop', labels: { 'istio.io/dataplane-mode': 'ambient' } } } as FakeObject);
+        api.upsertPod({
+          apiVersion: 'v1',
+          kind: 'Pod',
+          metadata: { name: 'web', namespace: 'shop', uid: 'uid-web', labels: {}, annotations: {} },
+          spec: { nodeName: 'node-1', serviceAccountName: 'web', containers: [{ name: 'app', image: 'app' }] },
+          status: { phase: 'Running' },
+        } as FakeObject);
+        const a = await startAgent(true, backend);
+        ztunnel = await FakeZtunnel.connect(join(dir, 'z.sock'));
+        await ztunnel.waitFor(() => ztunnel!.snapshotSent);
+        const add = { Netns: pod.path, PodName: 'web', PodNamespace: 'shop', PodUID: 'uid-web', IPs: [{ Interface: 2, Address: { IP: POD_IP, Mask: '////AA==' }, Gateway: NODE_IP }] };
+        expect(await postUnix(join(dir, 'run', 'pluginevent.sock'), '/cmdadd', add)).toEqual({ status: 200, body: '' });
+        expect(ztunnel.running.has('uid-web')).toBe(true);
+        if (backend === 'iptables') expect(execIn(node.name, ['ipset', 'list', 'istio-inpod-probes-v4'])).toContain(`${POD_IP} comment "uid-web"`);
+        else expect(execIn(node.name, ['nft', 'list', 'set', 'inet', 'istio-ambient-nat', 'istio-inpod-probes-v4'])).toContain(`${POD_IP} comment "uid-web"`);
+        expect(hostArtefacts(agentNs)).toBe('');
+        expect(await readyz(a)).toEqual({ status: 200, body: 'ready\n' });
+
+        // The in-pod rules let the SNATed probe through to the application, with its source intact.
+        const podHandle = addon.openNetns(pod.path);
+        handles.push(podHandle);
+        expect(await probeSource(podHandle, uniqueToken('probe'))).toBe(SNAT_IP);
+        // Out of the set (as for a pod no longer enrolled), node traffic is redirected to ztunnel's
+        // inbound port, where nothing listens here.
+        if (backend === 'iptables') execIn(node.name, ['ipset', 'del', 'istio-inpod-probes-v4', POD_IP]);
+        else execIn(node.name, ['nft', 'delete', 'element', 'inet', 'istio-ambient-nat', 'istio-inpod-probes-v4', `{ ${POD_IP} }`]);
+        await expect(probeSource(podHandle, uniqueToken('captured'))).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+      },
+    );
 
     it('switching not allowed and the node netns provably elsewhere: /readyz 503 naming the fix, one loud log line, nothing written', async () => {
       const a = await startAgent(false, 'nftables');
