@@ -12,6 +12,7 @@
         "native/netns_executor.cc",
         "native/nft_runner.cc",
         "native/nft_tables.cc",
+        "native/ipset.cc",
         "native/rtnl.cc",
         "native/marked_socket.cc",
         "native/spawn.cc",

@@ -129,6 +129,22 @@ Napi::Object ResultToJs(Napi::Env env, const Step& step, const StepResult& r) {
       o.Set("addresses", arr);
       break;
     }
+    case StepOp::kIpsetList: {
+      o.Set("exists", r.ipset.exists);
+      o.Set("typeName", r.ipset.type_name);
+      o.Set("family", Napi::Number::New(env, r.ipset.family == AF_INET6 ? 6 : 4));
+      o.Set("revision", r.ipset.revision);
+      o.Set("comments", r.ipset.comments);
+      Napi::Array arr = Napi::Array::New(env, r.ipset.entries.size());
+      for (size_t i = 0; i < r.ipset.entries.size(); i++) {
+        Napi::Object e = Napi::Object::New(env);
+        e.Set("ip", r.ipset.entries[i].ip);
+        e.Set("comment", r.ipset.entries[i].comment);
+        arr.Set(i, e);
+      }
+      o.Set("entries", arr);
+      break;
+    }
     case StepOp::kListRoutes: {
       Napi::Array arr = Napi::Array::New(env, r.routes.size());
       for (size_t i = 0; i < r.routes.size(); i++) arr.Set(i, RouteToJs(env, r.routes[i]));
@@ -278,6 +294,29 @@ void ParseNftTables(const Napi::Object& o, Step* s) {
   }
 }
 
+void ParseIpset(const Napi::Object& o, Step* s) {
+  const std::string& op = s->name;
+  if (op == "ipsetCreate") s->op = StepOp::kIpsetCreate;
+  else if (op == "ipsetDestroy") s->op = StepOp::kIpsetDestroy;
+  else if (op == "ipsetFlush") s->op = StepOp::kIpsetFlush;
+  else if (op == "ipsetList") s->op = StepOp::kIpsetList;
+  else if (op == "ipsetAdd") s->op = StepOp::kIpsetAdd;
+  else s->op = StepOp::kIpsetDel;
+  s->set_name = GetString(o, "name");
+  if (s->set_name.empty() || s->set_name.size() > kMaxIpsetName || s->set_name.find('\0') != std::string::npos) {
+    throw Napi::TypeError::New(o.Env(), "step.name must be 1-31 bytes without NUL");
+  }
+  if (s->op == StepOp::kIpsetCreate) s->family = GetFamily(o);
+  if (s->op == StepOp::kIpsetAdd || s->op == StepOp::kIpsetDel) s->ip = GetString(o, "ip");
+  if (s->op == StepOp::kIpsetAdd) {
+    if (!o.Get("comment").IsUndefined()) s->comment = GetString(o, "comment");
+    if (s->comment.size() > kMaxIpsetComment || s->comment.find('\0') != std::string::npos) {
+      throw Napi::TypeError::New(o.Env(), "step.comment must be at most 255 bytes without NUL");
+    }
+    s->replace = GetBoolOr(o, "replace", true);
+  }
+}
+
 void ParseRule(const Napi::Object& o, Step* s) {
   s->rule.family = GetFamily(o);
   s->rule.mark = GetUint(o, "mark");
@@ -326,6 +365,9 @@ Step ParseStep(const Napi::Object& o) {
     s.op = StepOp::kNetnsId;
   } else if (op == "nftGeneration") {
     s.op = StepOp::kNftGeneration;
+  } else if (op == "ipsetCreate" || op == "ipsetDestroy" || op == "ipsetFlush" || op == "ipsetList" ||
+             op == "ipsetAdd" || op == "ipsetDel") {
+    ParseIpset(o, &s);
   } else if (op == "deleteNftTables") {
     s.op = StepOp::kDeleteNftTables;
     ParseNftTables(o, &s);

@@ -7,43 +7,16 @@
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 
 #include <vector>
+
+#include "nfnl_socket.h"
 
 namespace ana {
 namespace {
 
 constexpr size_t kBufSize = 32768;
-constexpr int kReplyTimeoutSec = 10;
-
-class NetfilterSocket {
- public:
-  ~NetfilterSocket() {
-    if (sock_) mnl_socket_close(sock_);
-  }
-
-  bool Open(SysError* err) {
-    sock_ = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
-    if (!sock_) return Fail(err, "socket");
-    if (mnl_socket_bind(sock_, 0, MNL_SOCKET_AUTOPID) < 0) return Fail(err, "bind");
-    // A kernel that never answers must not hold a netns thread forever.
-    timeval tv{kReplyTimeoutSec, 0};
-    if (setsockopt(mnl_socket_get_fd(sock_), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) return Fail(err, "setsockopt");
-    return true;
-  }
-
-  mnl_socket* get() const { return sock_; }
-
- private:
-  static bool Fail(SysError* err, const char* syscall) {
-    *err = SysError::FromErrno(errno, syscall, "NETLINK_NETFILTER");
-    return false;
-  }
-
-  mnl_socket* sock_ = nullptr;
-};
 
 nlmsghdr* PutMessage(mnl_nlmsg_batch* batch, uint16_t type, uint16_t flags, uint8_t family, uint16_t res_id,
                      uint32_t seq) {

@@ -67,6 +67,20 @@ bool RunStep(const Step& s, LazyRtnl* rtnl, StepResult* r, SysError* err) {
     case StepOp::kDeleteNftTables:
       r->changed = true;
       return DeleteNftTables(s.nft_family, s.tables, err);
+    case StepOp::kIpsetCreate:
+      r->changed = true;
+      return IpsetCreateHashIp(s.set_name, s.family, &r->skipped, err);
+    case StepOp::kIpsetDestroy:
+      r->changed = true;
+      return IpsetDestroy(s.set_name, err);
+    case StepOp::kIpsetFlush:
+      r->changed = true;
+      return IpsetFlush(s.set_name, err);
+    case StepOp::kIpsetList: return IpsetList(s.set_name, &r->ipset, err);
+    case StepOp::kIpsetAdd:
+      r->changed = true;
+      return IpsetAdd(s.set_name, s.ip, s.comment, s.replace, err);
+    case StepOp::kIpsetDel: return IpsetDel(s.set_name, s.ip, &r->changed, err);
     default: return RunRouting(s, rtnl, r, err);
   }
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ipset.h"
 #include "marked_socket.h"
 #include "netns.h"
 #include "rtnl.h"
@@ -30,6 +31,12 @@ enum class StepOp {
   kNetnsId,             // report the namespace the step runs in
   kDeleteNftTables,     // delete whole tables with a raw nfnetlink batch (no libnftables lock)
   kNftGeneration,       // the namespace's nftables ruleset generation
+  kIpsetCreate,         // ip sets (ipset.h): hash:ip with comments
+  kIpsetDestroy,
+  kIpsetFlush,
+  kIpsetList,
+  kIpsetAdd,
+  kIpsetDel,
 };
 
 struct Step {
@@ -51,6 +58,10 @@ struct Step {
   std::vector<std::string> env;    // "NAME=value"
   uint8_t nft_family = 0;          // kDeleteNftTables: NFPROTO_*
   std::vector<std::string> tables; // kDeleteNftTables
+  std::string set_name;            // kIpset*
+  std::string ip;                  // kIpsetAdd, kIpsetDel
+  std::string comment;             // kIpsetAdd
+  bool replace = true;             // kIpsetAdd
 };
 
 struct StepResult {
@@ -65,6 +76,7 @@ struct StepResult {
   SpawnResult spawn;
   NetnsId netns;
   uint32_t generation = 0;  // kNftGeneration
+  IpsetListing ipset;       // kIpsetList
 };
 
 // Runs the steps in order on the calling thread, stopping at the first failure. On failure

@@ -56,6 +56,20 @@ export interface NetnsIdStep { op: 'netnsId' }
 /** The namespace's nftables ruleset generation: +1 with every committed transaction. */
 export interface NftGenerationStep { op: 'nftGeneration' }
 export interface DeleteNftTablesStep { op: 'deleteNftTables'; family: 'inet' | 'ip' | 'ip6'; tables: string[] }
+/**
+ * Kernel ip sets through raw nfnetlink (no `ipset` binary), as Istio's agent writes them:
+ * `hash:ip` with comment support. Creating a set that exists identically and destroying a missing
+ * one succeed; a set of that name with other parameters is kept (result `skipped: true`, as Istio
+ * ignores "exists"); deleting an absent element succeeds with `changed: false`.
+ */
+export interface IpsetCreateStep { op: 'ipsetCreate'; name: string; family: Family }
+export interface IpsetDestroyStep { op: 'ipsetDestroy'; name: string }
+export interface IpsetFlushStep { op: 'ipsetFlush'; name: string }
+export interface IpsetListStep { op: 'ipsetList'; name: string }
+/** `replace` (default true, as Istio): an element already in the set takes the new comment. */
+export interface IpsetAddStep { op: 'ipsetAdd'; name: string; ip: string; comment?: string; replace?: boolean }
+export interface IpsetDelStep { op: 'ipsetDel'; name: string; ip: string }
+export type IpsetStep = IpsetCreateStep | IpsetDestroyStep | IpsetFlushStep | IpsetListStep | IpsetAddStep | IpsetDelStep;
 
 export type Step =
   | NftStep
@@ -71,7 +85,8 @@ export type Step =
   | ExecStep
   | NetnsIdStep
   | NftGenerationStep
-  | DeleteNftTablesStep;
+  | DeleteNftTablesStep
+  | IpsetStep;
 
 export interface NftResult { op: 'nft'; output: string }
 export interface ChangeResult { op: string; changed: boolean; skipped: boolean }
@@ -86,6 +101,18 @@ export interface SocketResult { op: 'socket'; fd: number }
 export interface ExecResult { op: 'exec'; exitCode: number; signal: number; stdout: string; stderr: string }
 export interface NetnsIdResult { op: 'netnsId'; ino: number; dev: number }
 export interface NftGenerationResult { op: 'nftGeneration'; generation: number }
+export interface IpsetEntry { ip: string; comment: string }
+/** A missing set lists as exists: false with no entries. */
+export interface IpsetListResult {
+  op: 'ipsetList';
+  exists: boolean;
+  typeName: string;
+  family: Family;
+  revision: number;
+  /** Created with comment support. */
+  comments: boolean;
+  entries: IpsetEntry[];
+}
 
 export type ResultOf<S extends Step> = S extends NftStep
   ? NftResult
@@ -105,7 +132,9 @@ export type ResultOf<S extends Step> = S extends NftStep
                 ? NetnsIdResult
                 : S extends NftGenerationStep
                   ? NftGenerationResult
-                  : ChangeResult;
+                  : S extends IpsetListStep
+                    ? IpsetListResult
+                    : ChangeResult;
 
 export type ResultsOf<S extends readonly Step[]> = { -readonly [K in keyof S]: ResultOf<S[K]> };
 

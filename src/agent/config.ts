@@ -30,6 +30,11 @@ export interface AgentConfig {
   backend: 'nftables' | 'iptables';
   netnsRoot: string;
   procDir: string;
+  /**
+   * ALLOW_SWITCH_TO_HOST_NS (Istio's chart sets true unless the DaemonSet shares the host
+   * network): host-side rules and sets go into `<procDir>/1/ns/net` instead of the agent's own.
+   */
+  allowSwitchToHostNs: boolean;
   healthPort: number;
   metricsPort: number;
   podNamespace: string;
@@ -82,6 +87,7 @@ export const OPTIONS: readonly Option[] = [
   { flag: 'backend', env: 'NATIVE_NFTABLES', fallback: 'nftables', help: 'nftables or iptables (NATIVE_NFTABLES=false selects iptables)', kind: 'string' },
   { flag: 'netns-root', env: 'NETNS_ROOT', fallback: '/host', help: 'prefix for netns paths from the runtime (the host filesystem)', kind: 'string' },
   { flag: 'proc-dir', env: 'PROC_DIR', fallback: '/host/proc', help: "the host's /proc", kind: 'string' },
+  { flag: 'allow-switch-to-host-ns', env: 'ALLOW_SWITCH_TO_HOST_NS', fallback: 'false', help: 'host probe rules and sets in <proc-dir>/1/ns/net, not the agent\'s own netns', kind: 'bool' },
   { flag: 'health-port', env: 'HEALTH_PORT', fallback: '8000', help: '/healthz and /readyz', kind: 'string' },
   { flag: 'metrics-port', env: 'MONITORING_PORT', fallback: '15014', help: '/metrics', kind: 'string' },
   { flag: 'pod-namespace', env: 'POD_NAMESPACE', fallback: 'istio-system', help: "the agent's own namespace", kind: 'string' },
@@ -217,6 +223,7 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
     backend: backendOf(get('backend'), problems),
     netnsRoot: get('netns-root'),
     procDir: get('proc-dir'),
+    allowSwitchToHostNs: bool(raw, 'allow-switch-to-host-ns', problems),
     healthPort: port(raw, 'health-port', problems),
     metricsPort: port(raw, 'metrics-port', problems),
     podNamespace: get('pod-namespace'),

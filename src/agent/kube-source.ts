@@ -4,6 +4,7 @@ import type { V1Namespace, V1Pod } from '@kubernetes/client-node';
 import type { NetnsHandle } from '../addon/net-addon.js';
 import type { PluginAddEvent } from '../cni/protocol.js';
 import { HostDataplane } from '../host/host-dataplane.js';
+import { openHostNetns } from '../host/host-netns.js';
 import { httpStatusOf, KubeApi } from '../kube/client.js';
 import { ResilientInformer } from '../kube/informer.js';
 import { MeshController, type HostProbes, type NetnsFinder } from '../kube/mesh-controller.js';
@@ -30,6 +31,8 @@ export interface KubeSourceOptions {
   kubeletUid?: number;
   /** Tests replace the node-facing parts (host probe rules, /proc scan). */
   host?: HostProbes & { start(): Promise<void>; cleanup(): Promise<void> };
+  /** The agent's own netns (default /proc/self/ns/net; tests stand a pod netns in for it). */
+  selfNetnsPath?: string;
   finder?: NetnsFinder;
 }
 
@@ -42,8 +45,10 @@ export class KubernetesSource implements PodSource {
   readonly #api: KubeApi;
   readonly #core: CoreV1Api;
   readonly #enablement: Enablement;
-  /** The agent's own netns, where the host rules live; held for the agent's lifetime. */
+  /** The node's netns, where the host rules live (src/host/host-netns.ts); held for the agent's lifetime. */
   readonly #hostNetns: NetnsHandle | undefined;
+  /** Why the host-side work is refused (the node's netns is not ours and switching is off). */
+  readonly #hostProblem: string | undefined;
   #prepared = false;
 
   constructor(
@@ -66,15 +71,24 @@ export class KubernetesSource implements PodSource {
       log: deps.log,
     });
     this.namespaces = new ResilientInformer<V1Namespace>({ kc: opts.kc, path: '/api/v1/namespaces', list: () => core.listNamespace(), log: deps.log });
-    this.#hostNetns = opts.host ? undefined : deps.addon.openNetns('/proc/self/ns/net');
-    this.host = opts.host ?? new HostDataplane({
+    const hostNetns = opts.host
+      ? undefined
+      : openHostNetns(deps.addon, {
+          procDir: deps.config.procDir,
+          allowSwitch: deps.config.allowSwitchToHostNs,
+          ...(opts.selfNetnsPath ? { selfPath: opts.selfNetnsPath } : {}),
+        });
+    this.#hostNetns = hostNetns?.handle;
+    this.#hostProblem = hostNetns?.problem;
+    this.host = opts.host ?? (this.#hostProblem ? new RefusedHostProbes() : new HostDataplane({
       addon: deps.addon,
-      hostNetns: this.#hostNetns!,
+      hostNetns: hostNetns!.handle,
       settings: deps.settings,
+      backend: deps.config.backend,
       procDir: deps.config.procDir,
       ...(opts.kubeletUid !== undefined ? { kubeletUid: opts.kubeletUid } : {}),
       log: deps.log,
-    });
+    }));
     this.controller = new MeshController({
       addon: deps.addon,
       rules: deps.rules,
@@ -86,17 +100,21 @@ export class KubernetesSource implements PodSource {
       finder: opts.finder ?? this.#procFinder(),
       enablement: this.#enablement,
       netnsRoot: deps.config.netnsRoot,
+      ...(hostNetns?.switched ? { hostNetns: { ino: hostNetns.handle.ino, dev: hostNetns.handle.dev } } : {}),
       reconcileRulesOnStartup: opts.reconcileRulesOnStartup ?? true,
       log: deps.log,
     });
     this.#wireEvents();
   }
 
-  /** The host netns is the agent's own (Istio without ALLOW_SWITCH_TO_HOST_NS). */
+  /** Skips the node's netns: `<proc>/1/ns/net` when switched, else the agent's own (as Istio). */
   #procFinder(): NetnsFinder {
-    const own = this.deps.addon.openNetns('/proc/self/ns/net');
-    const hostNetns = { ino: own.ino, dev: own.dev };
-    own.close();
+    let hostNetns = this.#hostNetns ? { ino: this.#hostNetns.ino, dev: this.#hostNetns.dev } : undefined;
+    if (!hostNetns) {
+      const own = this.deps.addon.openNetns(this.opts.selfNetnsPath ?? '/proc/self/ns/net');
+      hostNetns = { ino: own.ino, dev: own.dev };
+      own.close();
+    }
     return new ProcNetnsFinder({ addon: this.deps.addon, procDir: this.deps.config.procDir, hostNetns, log: this.deps.log });
   }
 
@@ -139,7 +157,11 @@ export class KubernetesSource implements PodSource {
     this.namespaces.start();
     await Promise.all([this.pods.synced(), this.namespaces.synced()]);
     await this.#refreshEnablementFile();
-    await this.host.start();
+    if (this.#hostProblem) {
+      this.deps.log.error({ component: 'host', problem: this.#hostProblem }, `HOST PROBE RULES NOT APPLIED: ${this.#hostProblem}`);
+    } else {
+      await this.host.start();
+    }
     await this.controller.reconcileStartup();
     this.#prepared = true;
   }
@@ -166,7 +188,10 @@ export class KubernetesSource implements PodSource {
   }
 
   notReadyReasons(): string[] {
-    return this.#prepared ? [] : ['informers not synced / initial snapshot not built yet'];
+    return [
+      ...(this.#prepared ? [] : ['informers not synced / initial snapshot not built yet']),
+      ...(this.#hostProblem ? [`host probe rules not applied: ${this.#hostProblem}`] : []),
+    ];
   }
 
   /**
@@ -207,4 +232,17 @@ export class KubernetesSource implements PodSource {
   close(): void {
     this.#hostNetns?.close();
   }
+}
+
+/**
+ * Stands in for the host dataplane when the node's netns is provably elsewhere and switching is
+ * off: nothing is written into the agent's pod netns (the probe sets there would do nothing but
+ * hide the problem). Pods are still enrolled; readiness and the start-up log name the fix.
+ */
+class RefusedHostProbes implements HostProbes {
+  async start(): Promise<void> {}
+  async cleanup(): Promise<void> {}
+  async podEnrolled(): Promise<void> {}
+  async podRemoved(): Promise<void> {}
+  async syncEnrolled(): Promise<void> {}
 }

@@ -4,10 +4,13 @@ import { isIPv4, isIPv6 } from 'node:net';
 import { parseArgs } from 'node:util';
 import { hasErrorCode } from '../addon/errors.js';
 import { NativeNetAddon, type NetAddon, type NetnsHandle } from '../addon/net-addon.js';
+import { IpsetProbeSetStore } from '../host/ipset-probe-sets.js';
 import { findKubeletUid } from '../host/kubelet.js';
-import { describeDrift, type DriftReport } from '../rules/drift.js';
+import type { ProbeFamily } from '../host/probe-sets.js';
+import { describeDrift, driftReport, mergeDrift, type DriftReport } from '../rules/drift.js';
 import { NftablesHostRules } from '../rules/host-manager.js';
 import { renderHostIptables, renderInpodIptables } from '../rules/iptables.js';
+import { IptablesHostRules } from '../rules/iptables-host-manager.js';
 import { IptablesInpodRules } from '../rules/iptables-manager.js';
 import type { Backend, InpodRuleManager } from '../rules/manager.js';
 import { buildHostModel, buildInpodModel } from '../rules/model.js';
@@ -31,7 +34,8 @@ Istio renders them, or applies / deletes / verifies them inside the network name
   --snat-ipv4 IP                HOST_PROBE_SNAT_IP (default 169.254.7.127)
   --snat-ipv6 IP                HOST_PROBE_SNAT_IPV6 (default fd16:9254:7127:1337:ffff:ffff:ffff:ffff)
   --host                        the host-side probe SNAT rules instead of the in-pod rules
-  --kubelet-uid N               kubelet UID for --host with nftables (default: found in /proc)
+  --kubelet-uid N               kubelet UID for --host with nftables (default: found in /proc;
+                                iptables matches --socket-exists and needs none)
   --apply NETNS | --delete NETNS | --verify NETNS
 `;
 
@@ -170,8 +174,8 @@ function inpodManager(cmd: RulesCommand, addon: NetAddon): InpodRuleManager {
 }
 
 async function runAction(cmd: RulesCommand, addon: NetAddon, ns: NetnsHandle, kind: 'apply' | 'delete' | 'verify'): Promise<DriftReport | undefined> {
+  if (cmd.host && cmd.backend === 'iptables') return runIptablesHostAction(cmd, addon, ns, kind);
   if (cmd.host) {
-    if (cmd.backend !== 'nftables') throw new UsageError('--host with --apply/--delete/--verify needs --backend nftables');
     const host = new NftablesHostRules(addon, cmd.settings);
     if (kind === 'apply') return void (await host.apply(ns, resolveKubeletUid(cmd)));
     if (kind === 'delete') return void (await host.remove(ns));
@@ -181,6 +185,23 @@ async function runAction(cmd: RulesCommand, addon: NetAddon, ns: NetnsHandle, ki
   if (kind === 'apply') return void (await manager.apply(ns, cmd.overrides));
   if (kind === 'delete') return void (await manager.remove(ns));
   return manager.verify(ns, cmd.overrides);
+}
+
+/**
+ * The iptables host rules need their ip sets (iptables-restore refuses a --match-set on a missing
+ * set): apply creates them (empty, or kept with their entries), as the nftables apply creates its
+ * sets; delete removes the rules and keeps the sets, like the nftables delete.
+ */
+async function runIptablesHostAction(cmd: RulesCommand, addon: NetAddon, ns: NetnsHandle, kind: 'apply' | 'delete' | 'verify'): Promise<DriftReport | undefined> {
+  const rules = new IptablesHostRules(addon, cmd.settings);
+  const sets = new IpsetProbeSetStore(addon, ns);
+  const families: ProbeFamily[] = cmd.settings.ipv6 ? [4, 6] : [4];
+  if (kind === 'apply') {
+    await sets.ensure(families);
+    return void (await rules.apply(ns));
+  }
+  if (kind === 'delete') return void (await rules.remove(ns));
+  return mergeDrift(await rules.verify(ns), driftReport(await sets.drift(families), []));
 }
 
 export interface CommandIO {

@@ -54,20 +54,26 @@ export async function runAgent(args: string[], out: (s: string) => void, stop: P
     out(options.usage ?? RUN_USAGE);
     return 0;
   }
-  const config = configFrom(args);
-  const zdsListener = bindZdsSocket(config.zdsSocket);
-  const [{ Agent }, { installerFor }, { createLogger, processLogger }] = await Promise.all([
+  const configured = configFrom(args);
+  const zdsListener = bindZdsSocket(configured.zdsSocket);
+  const [{ Agent }, { installerFor }, { createLogger, processLogger }, { NativeNetAddon }, { chooseBackend }] = await Promise.all([
     import('../agent/agent.js'),
     import('../cni-install/from-agent-config.js'),
     import('../ops/log.js'),
+    import('../addon/net-addon.js'),
+    import('../host/backend-fallback.js'),
   ]);
-  const agentLog = createLogger({ levels: config.logLevels, format: options.logFormat ?? 'json' });
-  const log = processLogger(agentLog, config.logLevels);
+  const agentLog = createLogger({ levels: configured.logLevels, format: options.logFormat ?? 'json' });
+  const log = processLogger(agentLog, configured.logLevels);
   // As Istio's install-cni: a bad --log_output_level is reported and the agent runs on.
-  if (config.logLevelProblem) agentLog.error({ err: config.logLevelProblem }, 'failed to configure log levels');
+  if (configured.logLevelProblem) agentLog.error({ err: configured.logLevelProblem }, 'failed to configure log levels');
+  const addon = new NativeNetAddon();
+  // Istio's migration guard: iptables while its ip sets are still on the node.
+  const backend = await chooseBackend(addon, configured, agentLog);
+  const config: AgentConfig = backend === configured.backend ? configured : { ...configured, backend };
   const makeInstaller = options.makeInstaller ?? ((c, l) => installerFor(c, l));
   const installer = makeInstaller(config, agentLog);
-  const agent = new Agent(config, { log: agentLog, zdsListener, makeSource: await sourceFactory(config, process.env), ...(installer ? { installer } : {}) });
+  const agent = new Agent(config, { addon, log: agentLog, zdsListener, makeSource: await sourceFactory(config, process.env), ...(installer ? { installer } : {}) });
   // A SIGTERM may come while start() still waits (for a CNI config to appear, say): stop then.
   const started = agent.start();
   const first = await Promise.race([started.then(() => 'started' as const), stop.then(() => 'stop' as const)]).catch(async (err: unknown) => {

@@ -1,28 +1,36 @@
-// The host side of the agent, in the node's network namespace: the probe SNAT rules (Istio's
-// golden hostprobe transaction, matched on the kubelet's UID) and the probe address sets they
-// read, kept equal to the IPs of the enrolled pods.
+// The host side of the agent, in the node's network namespace: the probe SNAT rules and the
+// probe address sets they read, kept equal to the IPs of the enrolled pods. Per backend, as
+// Istio: nftables writes the golden hostprobe transaction (matched on the kubelet's UID) over nft
+// sets; iptables writes the golden ISTIO_POSTRT chain (`-m owner --socket-exists`) over kernel
+// ip sets, and needs no kubelet UID.
 //
 // Order, as Istio's initMeshDataplane: sets created and flushed first, then the host rules;
-// after the kube sync the enrolled pods are re-added (syncEnrolled).
+// after the kube sync the enrolled pods are re-added (syncEnrolled). What Istio's agent (or an
+// earlier run of this one) left on the node is adopted: sets are reused, never duplicated; the
+// rules are rewritten (nft: the table flush) or kept when exactly right (iptables).
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
 import { silentLogger, type Logger } from '../ops/log.js';
-import { NFT_FAMILY, NFT_TABLE_NAT, PROBE_SET_V4, PROBE_SET_V6 } from '../rules/constants.js';
-import { driftReport, mergeDrift, type DriftItem, type DriftReport } from '../rules/drift.js';
+import { NFT_FAMILY, NFT_TABLE_NAT } from '../rules/constants.js';
+import { driftReport, mergeDrift, type DriftReport } from '../rules/drift.js';
 import { NftablesHostRules } from '../rules/host-manager.js';
+import { IptablesHostRules } from '../rules/iptables-host-manager.js';
+import type { Backend } from '../rules/manager.js';
 import type { RuleSettings } from '../rules/settings.js';
+import { IpsetProbeSetStore } from './ipset-probe-sets.js';
 import { findKubeletUid } from './kubelet.js';
-import { assertValidPodUid, parseProbeIp, PROBE_TABLE, ProbeSets, type ProbeAddress, type ProbeSyncResult } from './probe-sets.js';
+import { assertValidPodUid, parseProbeIp, ProbeSets, type ProbeAddress, type ProbeSyncResult } from './probe-sets.js';
 
 export interface HostDataplaneOptions {
   addon: NetAddon;
   /**
-   * The agent's own namespace (the node's: the DaemonSet runs with hostNetwork), opened by the
-   * caller with addon.openNetns('/proc/self/ns/net'), never /proc/1/ns/net (may be unreadable).
-   * The caller owns it and closes it after the dataplane is done.
+   * The node's namespace (src/host/host-netns.ts: `<proc>/1/ns/net` with ALLOW_SWITCH_TO_HOST_NS,
+   * else the agent's own). The caller owns it and closes it after the dataplane is done.
    */
   hostNetns: NetnsHandle;
   settings: RuleSettings;
+  /** The rule backend (NATIVE_NFTABLES); default nftables. */
+  backend?: Backend;
   /** Where to look for the kubelet process (`/host/proc` in the DaemonSet). */
   procDir: string;
   /** The kubelet's UID, skipping the /proc scan. */
@@ -50,7 +58,7 @@ const DEFAULT_LOOKUP_INTERVAL_MS = 2_000;
 export class HostDataplane {
   readonly probeSets: ProbeSets;
   readonly #opts: HostDataplaneOptions;
-  readonly #rules: NftablesHostRules;
+  readonly #rules: NftablesHostRules | IptablesHostRules;
   readonly #log: Logger;
   #kubeletUid: number | undefined;
   #lastSync: EnrolledSyncResult | undefined;
@@ -58,16 +66,25 @@ export class HostDataplane {
   constructor(opts: HostDataplaneOptions) {
     this.#opts = opts;
     this.#log = opts.log ?? silentLogger;
-    this.#rules = new NftablesHostRules(opts.addon, opts.settings);
-    this.probeSets = new ProbeSets(opts.addon, opts.hostNetns, { ipv6: opts.settings.ipv6, log: this.#log });
+    const iptables = opts.backend === 'iptables';
+    this.#rules = iptables ? new IptablesHostRules(opts.addon, opts.settings) : new NftablesHostRules(opts.addon, opts.settings);
+    this.probeSets = new ProbeSets(opts.addon, opts.hostNetns, {
+      ipv6: opts.settings.ipv6,
+      log: this.#log,
+      ...(iptables ? { store: new IpsetProbeSetStore(opts.addon, opts.hostNetns, this.#log) } : {}),
+    });
     if (opts.kubeletUid !== undefined && (!Number.isSafeInteger(opts.kubeletUid) || opts.kubeletUid < 0)) {
       throw new RangeError(`kubelet UID must be a non-negative integer, got ${String(opts.kubeletUid)}`);
     }
   }
 
-  /** The UID the SNAT rule matches, once start() found it (or the override). */
+  /** The UID the nft SNAT rule matches, once start() found it (or the override); unused by iptables. */
   get kubeletUid(): number | undefined {
     return this.#kubeletUid ?? this.#opts.kubeletUid;
+  }
+
+  get backend(): Backend {
+    return this.#rules instanceof IptablesHostRules ? 'iptables' : 'nftables';
   }
 
   /** What the last syncEnrolled changed (for logs, diagnostics and tests). */
@@ -76,16 +93,25 @@ export class HostDataplane {
   }
 
   /**
-   * Finds the kubelet UID, creates the probe sets, flushes them and writes the host rules.
-   * Safe to repeat (an agent restart does the same): the rules are rewritten, the sets emptied.
+   * Finds the kubelet UID (nftables only: iptables matches `--socket-exists`), creates the probe
+   * sets, flushes them and writes the host rules. Safe to repeat (an agent restart does the same).
    */
   async start(): Promise<void> {
-    const uid = await this.#findKubeletUid();
-    await this.probeSets.ensure();
-    await this.probeSets.flush();
-    await this.#rules.apply(this.#opts.hostNetns, uid);
-    this.#kubeletUid = uid;
-    this.#log.info({ kubeletUid: uid, ipv6: this.#opts.settings.ipv6 }, 'host probe rules applied, probe sets flushed');
+    if (this.#rules instanceof IptablesHostRules) {
+      await this.probeSets.ensure();
+      await this.probeSets.flush();
+      await this.#rules.apply(this.#opts.hostNetns);
+    } else {
+      const uid = await this.#findKubeletUid();
+      await this.probeSets.ensure();
+      await this.probeSets.flush();
+      await this.#rules.apply(this.#opts.hostNetns, uid);
+      this.#kubeletUid = uid;
+    }
+    this.#log.info(
+      { backend: this.backend, kubeletUid: this.#kubeletUid, ipv6: this.#opts.settings.ipv6, netns: this.#opts.hostNetns.path },
+      'host probe rules applied, probe sets flushed',
+    );
   }
 
   /** Adds the pod's IPs under its UID (an IP still held by an old pod moves to this one). */
@@ -124,32 +150,32 @@ export class HostDataplane {
 
   /**
    * Full uninstall (Istio 5.11: delete the host rules, then flush and destroy the probe sets).
-   * Deleting the table does all of it in one transaction; `add` first makes it idempotent.
+   * nftables: deleting the table does all of it in one transaction (`add` first makes it
+   * idempotent). iptables: the rules first, since a referenced ip set cannot be destroyed.
    */
   async cleanup(): Promise<void> {
-    const table = `${NFT_FAMILY} ${NFT_TABLE_NAT}`;
-    await this.#opts.addon.run(this.#opts.hostNetns, [{ op: 'nft', script: `add table ${table}\ndelete table ${table}\n` }]);
+    if (this.#rules instanceof IptablesHostRules) {
+      await this.#rules.remove(this.#opts.hostNetns);
+      await this.probeSets.destroy();
+    } else {
+      const table = `${NFT_FAMILY} ${NFT_TABLE_NAT}`;
+      await this.#opts.addon.run(this.#opts.hostNetns, [{ op: 'nft', script: `add table ${table}\ndelete table ${table}\n` }]);
+    }
     this.#kubeletUid = undefined;
-    this.#log.info('host probe rules and probe sets removed');
+    this.#log.info({ backend: this.backend }, 'host probe rules and probe sets removed');
   }
 
-  /** Drift of the host rules (against the golden transaction) plus probe sets that are missing. */
+  /** Drift of the host rules (against Istio's golden rules) plus probe sets that are missing. */
   async verify(): Promise<DriftReport> {
-    const uid = this.kubeletUid;
-    if (uid === undefined) throw new Error('host dataplane not started: the kubelet UID is not known yet');
-    const rules = await this.#rules.verify(this.#opts.hostNetns, uid);
-    const [listed] = await this.#opts.addon.run(this.#opts.hostNetns, [{ op: 'nft', script: `list sets ${NFT_FAMILY}`, json: true }] as const);
-    const present = listedSets(listed.output);
-    const missing: DriftItem[] = [];
-    const wanted: Array<[string, string]> = [[PROBE_SET_V4, 'ipv4_addr']];
-    if (this.#opts.settings.ipv6) wanted.push([PROBE_SET_V6, 'ipv6_addr']);
-    for (const [name, type] of wanted) {
-      if (present.get(name) !== type) {
-        // DriftKind has no 'set'; a set is table content, so it is reported against the table.
-        missing.push({ kind: 'set', where: PROBE_TABLE, text: `set ${name} { type ${type} ; }` });
-      }
+    let rules: DriftReport;
+    if (this.#rules instanceof IptablesHostRules) {
+      rules = await this.#rules.verify(this.#opts.hostNetns);
+    } else {
+      const uid = this.kubeletUid;
+      if (uid === undefined) throw new Error('host dataplane not started: the kubelet UID is not known yet');
+      rules = await this.#rules.verify(this.#opts.hostNetns, uid);
     }
-    return mergeDrift(rules, driftReport(missing, []));
+    return mergeDrift(rules, driftReport(await this.probeSets.drift(), []));
   }
 
   #addresses(uid: string, ips: readonly string[]): ProbeAddress[] {
@@ -180,16 +206,4 @@ export class HostDataplane {
       `no kubelet process (kubelet, kubelite, k3s) found in ${this.#opts.procDir} (${attempts} attempts, ${intervalMs} ms apart)`,
     );
   }
-}
-
-/** Set name → type of the sets of table `inet istio-ambient-nat` in `nft -j list sets` output. */
-function listedSets(json: string): Map<string, string> {
-  const sets = new Map<string, string>();
-  const items = (JSON.parse(json) as { nftables?: unknown }).nftables;
-  if (!Array.isArray(items)) return sets;
-  for (const item of items as unknown[]) {
-    const set = (item as { set?: { table?: unknown; name?: unknown; type?: unknown } } | null)?.set;
-    if (set && set.table === NFT_TABLE_NAT && typeof set.name === 'string') sets.set(set.name, String(set.type));
-  }
-  return sets;
 }

@@ -1,6 +1,9 @@
 // The host probe address sets: every enrolled pod IP sits in `istio-inpod-probes-v4` or `-v6`
-// (table `inet istio-ambient-nat` in the node's namespace) with the pod UID as the element
-// comment, so the host SNAT rule can rewrite the kubelet's probes to those pods.
+// in the node's namespace with the pod UID as the element comment, so the host SNAT rule can
+// rewrite the kubelet's probes to those pods. Where the sets live depends on the backend, as in
+// Istio: nft sets in table `inet istio-ambient-nat` (this file's NftProbeSetStore), or kernel ip
+// sets for the iptables backend (ipset-probe-sets.ts). ProbeSets holds the policy (validation,
+// UID-checked removal, IP reuse, startup sync) over either store.
 //
 // Element changes are rendered as nft text, so every address is validated (and written in its
 // canonical form) and every UID checked against a strict character set before any text exists.
@@ -8,6 +11,7 @@ import { isIP } from 'node:net';
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
 import type { NftStep } from '../addon/steps.js';
 import { silentLogger, type Logger } from '../ops/log.js';
+import type { DriftItem } from '../rules/drift.js';
 import { NFT_FAMILY, NFT_TABLE_NAT, PROBE_SET_V4, PROBE_SET_V6 } from '../rules/constants.js';
 import { renderProbeSetsNftables } from '../rules/host-manager.js';
 
@@ -25,6 +29,23 @@ export interface ProbeSetsOptions {
   log?: Logger;
   /** Most element changes written in one libnftables transaction (a replacement counts once). */
   maxChangesPerTransaction?: number;
+  /** Where the sets live; default the nft sets of table `inet istio-ambient-nat`. */
+  store?: ProbeSetStore;
+}
+
+/** The kernel side of the probe sets, per backend. Every call is about the given families' sets. */
+export interface ProbeSetStore {
+  /** Creates the sets when missing; existing sets keep their elements. */
+  ensure(families: readonly ProbeFamily[]): Promise<void>;
+  flush(families: readonly ProbeFamily[]): Promise<void>;
+  /** Canonical IP → UID ('' for an element without comment); a missing set lists as empty. */
+  list(families: readonly ProbeFamily[]): Promise<ProbeEntries>;
+  /** Writes one batch (the nft store: one transaction; a replacement never leaves a gap). */
+  apply(changes: readonly ProbeChange[]): Promise<void>;
+  /** Removes the sets (full uninstall). */
+  destroy(families: readonly ProbeFamily[]): Promise<void>;
+  /** Sets that are missing or not the kind Istio creates. */
+  drift(families: readonly ProbeFamily[]): Promise<DriftItem[]>;
 }
 
 export type UpsertOutcome = 'added' | 'replaced' | 'unchanged';
@@ -210,13 +231,15 @@ export class ProbeSets {
   readonly #maxChanges: number;
   /** Every operation reads the set and then changes it; one at a time keeps that consistent. */
   #queue: Promise<unknown> = Promise.resolve();
+  readonly #store: ProbeSetStore;
 
   constructor(
-    private readonly addon: NetAddon,
-    private readonly hostNetns: NetnsHandle,
+    addon: NetAddon,
+    hostNetns: NetnsHandle,
     private readonly opts: ProbeSetsOptions,
   ) {
     this.#log = opts.log ?? silentLogger;
+    this.#store = opts.store ?? new NftProbeSetStore(addon, hostNetns, this.#log);
     this.#families = opts.ipv6 ? [4, 6] : [4];
     const max = opts.maxChangesPerTransaction ?? DEFAULT_MAX_CHANGES;
     if (!Number.isSafeInteger(max) || max < 1) {
@@ -230,20 +253,29 @@ export class ProbeSets {
     return this.#families.map(probeSetName);
   }
 
-  /** Creates the table and the sets when missing; existing sets keep their elements. */
+  /** Creates the sets when missing; existing sets keep their elements. */
   ensure(): Promise<void> {
-    return this.#exclusive(() => this.#nft(renderProbeSetsNftables(this.opts.ipv6)));
+    return this.#exclusive(() => this.#store.ensure(this.#families));
   }
 
   /** Empties the sets (Istio does this at startup, before re-adding the enrolled pods). */
   flush(): Promise<void> {
-    const script = this.setNames.map((name) => `flush set ${PROBE_TABLE} ${name}\n`).join('');
-    return this.#exclusive(() => this.#nft(script));
+    return this.#exclusive(() => this.#store.flush(this.#families));
+  }
+
+  /** Removes the sets (full uninstall, after the rules that use them are gone). */
+  destroy(): Promise<void> {
+    return this.#exclusive(() => this.#store.destroy(this.#families));
+  }
+
+  /** Sets that are missing or not what Istio creates. */
+  drift(): Promise<DriftItem[]> {
+    return this.#exclusive(() => this.#store.drift(this.#families));
   }
 
   /** Every element of the managed sets: canonical IP → UID ('' for an element without comment). */
   list(): Promise<ProbeEntries> {
-    return this.#exclusive(() => this.#list(this.#families));
+    return this.#exclusive(() => this.#store.list(this.#families));
   }
 
   /** Puts `ip` in its set under `uid`; an element held by another UID is replaced (new UID wins). */
@@ -251,14 +283,14 @@ export class ProbeSets {
     const address = this.#address(ip);
     assertValidPodUid(uid);
     return this.#exclusive(async () => {
-      const current = (await this.#list([address.family])).get(address.ip);
+      const current = (await this.#store.list([address.family])).get(address.ip);
       if (current === uid) return 'unchanged';
       if (current === undefined) {
-        await this.#nft(renderElementChanges([{ kind: 'add', address, uid }]));
+        await this.#store.apply([{ kind: 'add', address, uid }]);
         this.#log.debug({ ip: address.ip, uid }, 'probe set: added');
         return 'added';
       }
-      await this.#nft(renderElementChanges([{ kind: 'replace', address, uid }]));
+      await this.#store.apply([{ kind: 'replace', address, uid }]);
       this.#log.info({ ip: address.ip, uid, previousUid: current }, 'probe set: IP reused by another pod, UID replaced');
       return 'replaced';
     });
@@ -272,13 +304,13 @@ export class ProbeSets {
     const address = this.#address(ip);
     assertValidPodUid(uid);
     return this.#exclusive(async () => {
-      const current = (await this.#list([address.family])).get(address.ip);
+      const current = (await this.#store.list([address.family])).get(address.ip);
       if (current === undefined) return false;
       if (current !== uid) {
         this.#log.warn({ ip: address.ip, uid, holderUid: current }, 'probe set: IP held by another pod UID, not removed');
         return false;
       }
-      await this.#nft(renderElementChanges([{ kind: 'delete', address }]));
+      await this.#store.apply([{ kind: 'delete', address }]);
       this.#log.debug({ ip: address.ip, uid }, 'probe set: removed');
       return true;
     });
@@ -301,7 +333,7 @@ export class ProbeSets {
       wanted.set(address.ip, { address, uid });
     }
     return this.#exclusive(async () => {
-      const current = await this.#list(this.#families);
+      const current = await this.#store.list(this.#families);
       const changes: ProbeChange[] = [];
       const result: ProbeSyncResult = { added: 0, replaced: 0, unchanged: 0, pruned: 0, transactions: 0 };
       for (const { address, uid } of wanted.values()) {
@@ -324,7 +356,7 @@ export class ProbeSets {
         }
       }
       for (let i = 0; i < changes.length; i += this.#maxChanges) {
-        await this.#nft(renderElementChanges(changes.slice(i, i + this.#maxChanges)));
+        await this.#store.apply(changes.slice(i, i + this.#maxChanges));
         result.transactions++;
       }
       this.#log.info({ ...result, prune: options.prune }, 'probe sets synced');
@@ -340,16 +372,60 @@ export class ProbeSets {
     return address;
   }
 
-  async #list(families: readonly ProbeFamily[]): Promise<ProbeEntries> {
+  #exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.#queue.then(fn, fn);
+    this.#queue = next.catch(() => undefined);
+    return next;
+  }
+}
+
+/** The nft sets of table `inet istio-ambient-nat` (the nftables backend, as Istio's host_sets.go). */
+export class NftProbeSetStore implements ProbeSetStore {
+  constructor(
+    private readonly addon: NetAddon,
+    private readonly hostNetns: NetnsHandle,
+    private readonly log: Logger = silentLogger,
+  ) {}
+
+  ensure(families: readonly ProbeFamily[]): Promise<void> {
+    return this.#nft(renderProbeSetsNftables(families.includes(6)));
+  }
+
+  flush(families: readonly ProbeFamily[]): Promise<void> {
+    return this.#nft(families.map((f) => `flush set ${PROBE_TABLE} ${probeSetName(f)}\n`).join(''));
+  }
+
+  async list(families: readonly ProbeFamily[]): Promise<ProbeEntries> {
     const steps: NftStep[] = families.map((f) => ({ op: 'nft', script: `list set ${PROBE_TABLE} ${probeSetName(f)}`, json: true }));
     const results = await this.#run(steps);
     const entries: ProbeEntries = new Map();
     results.forEach((r, i) => {
       const name = probeSetName(families[i] ?? 4);
-      const skip = (what: string): void => this.#log.warn({ set: name }, `probe set listing: skipped ${what}`);
-      for (const [ip, uid] of parseProbeSetJson(r.output, name, skip)) entries.set(ip, uid);
+      for (const [ip, uid] of parseProbeSetJson(r.output, name, (what) => this.log.warn({ set: name }, `probe set listing: skipped ${what}`))) entries.set(ip, uid);
     });
     return entries;
+  }
+
+  apply(changes: readonly ProbeChange[]): Promise<void> {
+    return this.#nft(renderElementChanges(changes));
+  }
+
+  /** The sets go with the table (the host rules' cleanup deletes it); each alone otherwise. */
+  destroy(families: readonly ProbeFamily[]): Promise<void> {
+    const lines = families.map((f) => `add set ${PROBE_TABLE} ${probeSetName(f)} { type ${f === 4 ? 'ipv4_addr' : 'ipv6_addr'} ; }\ndelete set ${PROBE_TABLE} ${probeSetName(f)}\n`);
+    return this.#nft(`add table ${PROBE_TABLE}\n${lines.join('')}`);
+  }
+
+  async drift(families: readonly ProbeFamily[]): Promise<DriftItem[]> {
+    const [listed] = await this.#run([{ op: 'nft', script: `list sets ${NFT_FAMILY}`, json: true }]);
+    const present = listedNftSets(listed?.output ?? '{}');
+    const missing: DriftItem[] = [];
+    for (const family of families) {
+      const [name, type] = [probeSetName(family), family === 4 ? 'ipv4_addr' : 'ipv6_addr'];
+      // DriftKind 'set': a set is table content, so it is reported against the table.
+      if (present.get(name) !== type) missing.push({ kind: 'set', where: PROBE_TABLE, text: `set ${name} { type ${type} ; }` });
+    }
+    return missing;
   }
 
   async #nft(script: string): Promise<void> {
@@ -364,10 +440,16 @@ export class ProbeSets {
       throw err;
     }
   }
+}
 
-  #exclusive<T>(fn: () => Promise<T>): Promise<T> {
-    const next = this.#queue.then(fn, fn);
-    this.#queue = next.catch(() => undefined);
-    return next;
+/** Set name → type of the sets of table `inet istio-ambient-nat` in `nft -j list sets` output. */
+function listedNftSets(json: string): Map<string, string> {
+  const sets = new Map<string, string>();
+  const items = (JSON.parse(json) as { nftables?: unknown }).nftables;
+  if (!Array.isArray(items)) return sets;
+  for (const item of items as unknown[]) {
+    const set = (item as { set?: { table?: unknown; name?: unknown; type?: unknown } } | null)?.set;
+    if (set && set.table === NFT_TABLE_NAT && typeof set.name === 'string') sets.set(set.name, String(set.type));
   }
+  return sets;
 }

@@ -6,7 +6,7 @@
 // `enabled` (fully enrolled), absent (not enrolled).
 import type { V1Namespace, V1Pod } from '@kubernetes/client-node';
 import { hasErrorCode } from '../addon/errors.js';
-import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
+import type { NetAddon, NetnsHandle, NetnsIdentity } from '../addon/net-addon.js';
 import type { PluginAddEvent } from '../cni/protocol.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { PodNetnsOpener } from '../pods/netns-path.js';
@@ -64,6 +64,8 @@ export interface MeshControllerDeps {
   finder: NetnsFinder;
   enablement: EnablementPolicy;
   netnsRoot: string;
+  /** The node's namespace when it is not the agent's own: never accepted as a pod's (istio#55139). */
+  hostNetns?: NetnsIdentity;
   /** AMBIENT_RECONCILE_POD_RULES_ON_STARTUP (Helm default true). */
   reconcileRulesOnStartup?: boolean;
   /** How long the CNI path waits for a pod the informer has not seen yet (Istio: 10 x 10 ms). */
@@ -108,7 +110,7 @@ export class MeshController {
 
   constructor(private readonly deps: MeshControllerDeps) {
     this.#log = (deps.log ?? silentLogger).child({ component: 'mesh-controller' });
-    this.#opener = new PodNetnsOpener(deps.addon, deps.netnsRoot);
+    this.#opener = new PodNetnsOpener(deps.addon, deps.netnsRoot, undefined, deps.hostNetns);
     this.queue = new RetryQueue({ log: this.#log });
   }
 

@@ -46,13 +46,17 @@ export function ownNetns(path = '/proc/self/ns/net'): NetnsIdentity | undefined 
 
 export class PodNetnsOpener {
   readonly #own: NetnsIdentity | undefined;
+  readonly #host: NetnsIdentity | undefined;
 
+  /** `host`: the node's namespace when it is not the agent's own (ALLOW_SWITCH_TO_HOST_NS). */
   constructor(
     private readonly addon: NetAddon,
     private readonly netnsRoot: string,
     own: NetnsIdentity | undefined = ownNetns(),
+    host?: NetnsIdentity,
   ) {
     this.#own = own;
+    this.#host = host;
   }
 
   /** Opens the pod netns or throws NetnsPathError / the addon's ENOENT or EINVAL error. */
@@ -71,6 +75,10 @@ export class PodNetnsOpener {
     if (this.#own && handle.ino === this.#own.ino && handle.dev === this.#own.dev) {
       handle.close();
       throw new NetnsPathError(`refusing netns path ${path}: it is the agent's own (the host's) network namespace`);
+    }
+    if (this.#host && handle.ino === this.#host.ino && handle.dev === this.#host.dev) {
+      handle.close();
+      throw new NetnsPathError(`refusing netns path ${path}: it is the node's (host) network namespace`);
     }
     return handle;
   }

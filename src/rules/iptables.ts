@@ -182,6 +182,28 @@ export function renderHostIptables(hostModel: HostModel): { v4: string; v6?: str
   return hasV6 ? { v4: render(4), v6: render(6) } : { v4: render(4) };
 }
 
+/** The arguments after `-A ISTIO_POSTRT` of the host probe SNAT rule (as the restore input has them). */
+export function hostProbeRuleArgs(rule: HostRule): string {
+  return hostRestoreRule(rule).args;
+}
+
+/**
+ * Istio's DeleteHostRules for one family (its builder's BuildCleanupV4/V6: the rules undone in
+ * reverse order, then the chain flushed and deleted), as argv lists to run ignoring errors.
+ * `extraJumps` repeats the jump deletion for duplicated jumps (Istio deletes one).
+ */
+export function hostIptablesDeleteCommands(hostModel: HostModel, family: IpFamily, extraJumps = 0): string[][] {
+  const binary = family === 4 ? 'iptables' : 'ip6tables';
+  const snat = hostModel.filter((rule) => rule.family === family).map(hostRestoreRule);
+  const deleteRule = (rule: RestoreRule): string[] => [binary, '-t', rule.table, '-D', rule.chain, ...rule.args.split(' ')];
+  return [
+    ...[...snat].reverse().map(deleteRule),
+    ...Array.from({ length: 1 + extraJumps }, () => deleteRule(HOST_JUMP)),
+    [binary, '-t', 'nat', '-F', IPT_CHAIN_POSTROUTING],
+    [binary, '-t', 'nat', '-X', IPT_CHAIN_POSTROUTING],
+  ];
+}
+
 /**
  * Istio's DeleteInpodRules, as argv lists to run one by one, ignoring errors: the rules
  * may be partly or wholly absent. Covers raw even when DNS capture is off, since the

@@ -22,6 +22,8 @@ export interface FakeNamespace {
   addresses: Array<{ family: 4 | 6; address: string; prefixLen: number; dev: string }>;
   /** Canned results for exec steps, by argv[0]. */
   exec: Map<string, { exitCode: number; stdout: string; stderr: string }>;
+  /** Kernel ip sets: name → family and IP → comment. */
+  ipsets: Map<string, { family: 4 | 6; entries: Map<string, string> }>;
 }
 
 export interface RecordedRun {
@@ -32,7 +34,7 @@ export interface RecordedRun {
 type Failure = (step: Step, target: string) => Error | undefined;
 
 function newNamespace(ino: number): FakeNamespace {
-  return { ino, nftScripts: [], nftGeneration: 1, listing: '', rules: [], routes: [], loHasIpv6: true, addresses: [], exec: new Map() };
+  return { ino, nftScripts: [], nftGeneration: 1, listing: '', rules: [], routes: [], loHasIpv6: true, addresses: [], exec: new Map(), ipsets: new Map() };
 }
 
 export class FakeNetAddon implements NetAddon {
@@ -152,6 +154,27 @@ export class FakeNetAddon implements NetAddon {
       }
       case 'netnsId':
         return { op: step.op, ino: ns.ino, dev: 4 };
+      case 'ipsetCreate':
+        if (!ns.ipsets.has(step.name)) ns.ipsets.set(step.name, { family: step.family, entries: new Map() });
+        return { op: step.op, changed: true, skipped: ns.ipsets.get(step.name)!.family !== step.family };
+      case 'ipsetDestroy':
+        ns.ipsets.delete(step.name);
+        return { op: step.op, changed: true, skipped: false };
+      case 'ipsetList': {
+        const set = ns.ipsets.get(step.name);
+        const entries = [...(set?.entries ?? new Map<string, string>())].map(([ip, comment]) => ({ ip, comment }));
+        return { op: step.op, exists: Boolean(set), typeName: set ? 'hash:ip' : '', family: set?.family ?? 4, revision: set ? 2 : 0, comments: Boolean(set), entries };
+      }
+      case 'ipsetFlush':
+      case 'ipsetAdd':
+      case 'ipsetDel': {
+        const set = ns.ipsets.get(step.name);
+        if (!set) throw systemError('ENOENT', -2, 'nfnetlink', `ENOENT: No such file or directory, nfnetlink '${step.name}'`, step.name);
+        if (step.op === 'ipsetFlush') set.entries.clear();
+        if (step.op === 'ipsetAdd') set.entries.set(step.ip, step.comment ?? '');
+        const changed = step.op === 'ipsetDel' ? set.entries.delete(step.ip) : true;
+        return { op: step.op, changed, skipped: false };
+      }
     }
   }
 }

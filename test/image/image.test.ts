@@ -132,7 +132,7 @@ describe(`the image ${IMAGE}`, () => {
     expect(out).toEqual({ node: expect.stringMatching(/^v24\./), nodeOptions: '--max-semi-space-size=16', installCni: '/app/dist/src/cli/main.js', plugin: '755', tools: [], leftovers: [] });
     expect((await podman(['image', 'inspect', '--format', '{{len .RootFS.Layers}}', IMAGE])).trim()).toBe('1');
     const help = await podman(['run', '--rm', '--network', 'none', IMAGE, 'install-cni', '--help']);
-    for (const word of ['--log_output_level', '--log_as_json', ...Object.keys(CHART_ENV).filter((n) => n !== 'ALLOW_SWITCH_TO_HOST_NS')]) expect(help).toContain(word);
+    for (const word of ['--log_output_level', '--log_as_json', ...Object.keys(CHART_ENV)]) expect(help).toContain(word);
   });
 
   it("starts as Istio's chart starts it, installs and chains the plugin, serves ztunnel, is ready, and stops cleanly", async () => {

@@ -208,7 +208,7 @@ describe('deploy/: the istio-cni-node DaemonSet matches Istio chart essentials f
     }
   });
 
-  it('runs on every Linux node: tolerates every taint, system-node-critical, in the node network namespace', () => {
+  it('runs on every Linux node: tolerates every taint, system-node-critical, switching to the node netns for the host side', () => {
     const spec = podSpec();
     expect(spec.priorityClassName).toBe('system-node-critical');
     expect(spec.nodeSelector).toEqual({ 'kubernetes.io/os': 'linux' });
@@ -219,10 +219,12 @@ describe('deploy/: the istio-cni-node DaemonSet matches Istio chart essentials f
         { key: 'CriticalAddonsOnly', operator: 'Exists' },
       ]),
     );
-    // The agent's own netns is taken as the node's (src/host/host-dataplane.ts): Istio's
-    // ambient.shareHostNetworkNamespace mode.
-    expect(spec.hostNetwork).toBe(true);
-    expect(spec.dnsPolicy).toBe('ClusterFirstWithHostNet');
+    // Istio's chart default: its own network namespace, the host side switched to
+    // /host/proc/1/ns/net (src/host/host-netns.ts).
+    expect(spec.hostNetwork).toBeUndefined();
+    expect(spec.dnsPolicy).toBeUndefined();
+    expect(container().env).toContainEqual({ name: 'ALLOW_SWITCH_TO_HOST_NS', value: 'true' });
+    expect(container().volumeMounts).toContainEqual(expect.objectContaining({ mountPath: '/host/proc', readOnly: true }));
     expect(spec.serviceAccountName).toBe('istio-cni');
     // The agent exits within 10 s of SIGTERM.
     expect(spec.terminationGracePeriodSeconds).toBeGreaterThanOrEqual(10);

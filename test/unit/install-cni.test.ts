@@ -86,8 +86,7 @@ describe("Istio's chart environment", () => {
   it('every variable the chart sets is one the agent reads or one it accepts unused, with the reason', () => {
     const read = new Set(OPTIONS.map((o) => o.env));
     const unused = new Set(ACCEPTED_UNUSED_ENV.map((v) => v.env));
-    // ALLOW_SWITCH_TO_HOST_NS: the host-netns switch (issue 12 parts 1-2) adds it to OPTIONS.
-    const unknown = Object.keys(CHART_ENV).filter((n) => !read.has(n) && !unused.has(n) && n !== 'ALLOW_SWITCH_TO_HOST_NS');
+    const unknown = Object.keys(CHART_ENV).filter((n) => !read.has(n) && !unused.has(n));
     expect(unknown).toEqual([]);
     expect([...read].filter((n) => n !== undefined && unused.has(n))).toEqual([]); // never both
   });
