@@ -135,10 +135,14 @@ export class PodEnroller {
 
   /**
    * Takes the pod out: in-pod rules (when its netns still exists), ztunnel, the state file.
-   * Never fails because the pod is already gone.
+   * Never fails because the pod is already gone; a pod that is not enrolled is a quiet no-op.
    */
   remove(uid: string): Promise<void> {
     return this.#queue.run(uid, async () => {
+      if (!this.deps.registry.has(uid) && this.deps.store.get(uid) === undefined) {
+        // Runtimes repeat DEL (containerd: StopPodSandbox, then RemovePodSandbox): nothing to do.
+        return this.#log.debug({ uid }, 'DEL for a pod that is not enrolled; nothing to do');
+      }
       const netns = this.deps.registry.netnsOf(uid);
       if (netns && !netns.closed) {
         await this.deps.rules.remove(netns).catch((err: unknown) =>
