@@ -6,6 +6,7 @@ import { parseArgs } from 'node:util';
 import { DEFAULT_HOST_PROBE_SNAT_IPV4, DEFAULT_HOST_PROBE_SNAT_IPV6 } from '../rules/constants.js';
 import { parseGoBool } from '../rules/settings.js';
 import { UsageError } from '../cli/usage-error.js';
+import { netnsDirProblem } from '../pods/netns-path.js';
 
 export type KubeMode = 'auto' | 'none';
 
@@ -21,6 +22,8 @@ export interface AgentConfig {
   ipv6: boolean;
   backend: 'nftables' | 'iptables';
   netnsRoot: string;
+  /** NETNS_DIRS: netns directories accepted besides the runtimes' usual ones (src/pods/netns-path.ts). */
+  netnsDirs: string[];
   procDir: string;
   healthPort: number;
   metricsPort: number;
@@ -64,6 +67,7 @@ export const OPTIONS: readonly Option[] = [
   { flag: 'ipv6', env: 'AMBIENT_IPV6', fallback: 'true', help: 'also redirect IPv6', kind: 'bool' },
   { flag: 'backend', env: 'NATIVE_NFTABLES', fallback: 'nftables', help: 'nftables or iptables (NATIVE_NFTABLES=false selects iptables)', kind: 'string' },
   { flag: 'netns-root', env: 'NETNS_ROOT', fallback: '/host', help: 'prefix for netns paths from the runtime (the host filesystem)', kind: 'string' },
+  { flag: 'netns-dirs', env: 'NETNS_DIRS', fallback: '', help: "comma-separated extra directories (host paths) where the runtime puts pod netns files, besides the usual ones", kind: 'string' },
   { flag: 'proc-dir', env: 'PROC_DIR', fallback: '/host/proc', help: "the host's /proc", kind: 'string' },
   { flag: 'health-port', env: 'HEALTH_PORT', fallback: '8000', help: '/healthz and /readyz', kind: 'string' },
   { flag: 'metrics-port', env: 'MONITORING_PORT', fallback: '15014', help: '/metrics', kind: 'string' },
@@ -125,6 +129,15 @@ function backendOf(raw: string, problems: string[]): 'nftables' | 'iptables' {
   return 'nftables';
 }
 
+function netnsDirs(raw: string, problems: string[]): string[] {
+  const dirs = raw.split(',').map((s) => s.trim()).filter(Boolean);
+  for (const dir of dirs) {
+    const problem = netnsDirProblem(dir);
+    if (problem) problems.push(`--netns-dirs: ${JSON.stringify(dir)} ${problem}`);
+  }
+  return dirs;
+}
+
 /** Parses flags and environment; throws one UsageError listing every bad value. */
 export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process.env, defaultPluginSource = ''): AgentConfig {
   const raw = collect(args, env);
@@ -147,6 +160,7 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
     ipv6: bool(raw, 'ipv6', problems),
     backend: backendOf(get('backend'), problems),
     netnsRoot: get('netns-root'),
+    netnsDirs: netnsDirs(get('netns-dirs'), problems),
     procDir: get('proc-dir'),
     healthPort: port(raw, 'health-port', problems),
     metricsPort: port(raw, 'metrics-port', problems),

@@ -89,6 +89,8 @@ export class KubernetesSource implements PodSource {
       finder: opts.finder ?? this.#procFinder(),
       enablement: this.#enablement,
       netnsRoot: deps.config.netnsRoot,
+      netnsDirs: deps.config.netnsDirs,
+      procDir: deps.config.procDir,
       reconcileRulesOnStartup: opts.reconcileRulesOnStartup ?? true,
       log: deps.log,
     });

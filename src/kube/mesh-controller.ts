@@ -64,6 +64,9 @@ export interface MeshControllerDeps {
   finder: NetnsFinder;
   enablement: EnablementPolicy;
   netnsRoot: string;
+  /** --netns-dirs and --proc-dir, for the netns path checks (src/pods/netns-path.ts). */
+  netnsDirs?: readonly string[];
+  procDir?: string;
   /** AMBIENT_RECONCILE_POD_RULES_ON_STARTUP (Helm default true). */
   reconcileRulesOnStartup?: boolean;
   /** How long the CNI path waits for a pod the informer has not seen yet (Istio: 10 x 10 ms). */
@@ -108,7 +111,7 @@ export class MeshController {
 
   constructor(private readonly deps: MeshControllerDeps) {
     this.#log = (deps.log ?? silentLogger).child({ component: 'mesh-controller' });
-    this.#opener = new PodNetnsOpener(deps.addon, deps.netnsRoot);
+    this.#opener = new PodNetnsOpener(deps.addon, deps.netnsRoot, { extraDirs: deps.netnsDirs, procDir: deps.procDir });
     this.queue = new RetryQueue({ log: this.#log });
   }
 

@@ -31,6 +31,9 @@ export interface EnrollerDeps {
   registry: PodRegistry;
   store: PodStateStore;
   netnsRoot: string;
+  /** --netns-dirs and --proc-dir, for the netns path checks (src/pods/netns-path.ts). */
+  netnsDirs?: readonly string[];
+  procDir?: string;
   excludeNamespaces: readonly string[];
   /** Standalone mode has no service accounts to read; Kubernetes mode passes the real one. */
   serviceAccountOf?: (pod: CniPod) => string;
@@ -70,7 +73,7 @@ export class PodEnroller {
 
   constructor(private readonly deps: EnrollerDeps) {
     this.#log = (deps.log ?? silentLogger).child({ component: 'enroller' });
-    this.#opener = new PodNetnsOpener(deps.addon, deps.netnsRoot);
+    this.#opener = new PodNetnsOpener(deps.addon, deps.netnsRoot, { extraDirs: deps.netnsDirs, procDir: deps.procDir });
   }
 
   isExcluded(namespace: string): boolean {
