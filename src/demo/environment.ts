@@ -56,6 +56,8 @@ export interface DemoOptions {
   log?: (line: string) => void;
   /** Extra Node.js flags for the agent process (the node benchmark profiles with --cpu-prof). */
   agentNodeArgs?: string[];
+  /** Extra `run` flags for the agent (after the demo's own, so they win). */
+  agentArgs?: string[];
 }
 
 function ip(args: string[]): string {
@@ -100,6 +102,7 @@ export class DemoEnvironment {
   readonly #podNames: string[];
   readonly #log: (line: string) => void;
   readonly #agentNodeArgs: string[];
+  readonly #agentArgs: string[];
   readonly #namespaces: string[] = [];
   #node: NetnsHandle | undefined;
   #agent: ChildProcess | undefined;
@@ -112,6 +115,12 @@ export class DemoEnvironment {
     this.#subnet = `10.248.${options.subnet ?? 77}`;
     this.#log = options.log ?? (() => {});
     this.#agentNodeArgs = options.agentNodeArgs ?? [];
+    this.#agentArgs = options.agentArgs ?? [];
+  }
+
+  /** The node network namespace's file (a container runtime for the pods runs in it). */
+  get nodeNetnsPath(): string {
+    return `/var/run/netns/${this.#prefix}-node`;
   }
 
   /** The running agent process (startAgent), if any. */
@@ -163,7 +172,7 @@ export class DemoEnvironment {
     const args = [
       ...this.#agentNodeArgs, main, 'run', '--kube-mode', 'none', '--run-dir', this.runDir, '--cni-bin-dir', this.binDir, '--cni-conf-dir', this.confDir,
       '--zds-socket', this.zdsSocket, '--netns-root', '', '--proc-dir', '/proc', '--health-port', String(this.#healthPort),
-      '--metrics-port', '0', '--exclude-namespaces', 'kube-system', '--log-level', 'info',
+      '--metrics-port', '0', '--exclude-namespaces', 'kube-system', '--log-level', 'info', ...this.#agentArgs,
     ];
     const logFile = createWriteStream(this.agentLog, { flags: 'a' });
     const agent = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin' } });

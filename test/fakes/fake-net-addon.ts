@@ -45,6 +45,8 @@ export class FakeNetAddon implements NetAddon {
   /** The namespace used for 'fresh' targets; its listing is what canonicalisation sees. */
   readonly fresh: FakeNamespace = newNamespace(1);
   failOn: Failure = () => undefined;
+  /** Each run waits this long before its steps take effect (an addon thread still busy). */
+  runDelayMs = 0;
   openFds = 0;
   #nextIno = 4026532000;
   #nextFd = 100;
@@ -83,6 +85,7 @@ export class FakeNetAddon implements NetAddon {
     if (target !== 'fresh' && target.closed) throw new Error(`netns ${target.path} is already closed`);
     const ns = target === 'fresh' ? { ...this.fresh, nftScripts: [] } : this.namespaces.get(name);
     if (!ns) throw Object.assign(systemError('ENOENT', -2, 'setns', 'ENOENT: netns vanished, setns'), { step: -1 });
+    if (this.runDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.runDelayMs));
     return steps.map((step, i) => {
       const failure = this.failOn(step, name);
       if (failure) throw Object.assign(failure, { step: i, op: step.op });

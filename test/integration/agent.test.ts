@@ -88,6 +88,20 @@ describe('standalone agent', () => {
     expect(addon.openFds).toBe(1);
   });
 
+  it("brings a down pod lo up before ztunnel hears of the pod (it binds 127.0.0.1:15053 there at once)", async () => {
+    const web = pods['web']!;
+    web.loUp = false; // containerd's own loopback setup has not run yet
+    addon.runDelayMs = 30; // the rules' netns visit is still on its way when the ZDS add could go
+    const z = await FakeZtunnel.connect(config.zdsSocket, {
+      ackError: (req) => ('add' in req && !web.loUp ? "failure to start proxy : EADDRNOTAVAIL: Cannot assign requested address, bind '127.0.0.1:15053'" : undefined),
+    });
+    clients.push(z);
+    await z.waitFor(() => z.snapshotSent);
+    expect(await postUnix(sock(), '/cmdadd', addEvent('web'))).toEqual({ status: 200, body: '' });
+    expect(z.messages.filter((m) => m.kind === 'add').map((m) => m.ack)).toEqual(['']);
+    expect(web.routes.map((r) => r.family)).toEqual([4]); // --ipv6 false here; the IPv6 case: rules-manager tests
+  });
+
   it('answers 500 with the reason when ztunnel is not there, and the pod goes out with the next snapshot', async () => {
     const res = await postUnix(sock(), '/cmdadd', addEvent('db'));
     expect(res).toEqual({ status: 500, body: 'no ztunnel connection' });
