@@ -11,6 +11,7 @@ commands:
   run      the node agent (DaemonSet entrypoint); run --help lists every flag and env var
   pods     the pods the running agent tracks (netns, rule state, ztunnel state), from /debug/pods
   demo     the whole CNI path on this machine (root, no Kubernetes), narrated, then cleaned up
+           [--runtime cni|containerd]: pods made by the demo itself (default) or by a real containerd over CRI
   uninstall  remove the CNI config entry and the plugin binary this agent installed
   rules    print, apply, delete or verify Istio's in-pod / host redirection rules
   zds      serve pods to ztunnel over ZDS (zds serve --pod ns/name/sa/uid=/var/run/netns/x)
@@ -42,7 +43,7 @@ export async function main(argv: string[], io: MainIO = processIO, addon?: NetAd
       case 'run':
         return await (await import('./run-command.js')).runAgent(rest, io.out, untilSignal());
       case 'demo':
-        return await (await import('../demo/demo-command.js')).runDemo(io.out, untilSignal());
+        return await (await import('../demo/demo-command.js')).runDemo(io.out, untilSignal(), rest);
       case 'pods':
         return await (await import('./pods-command.js')).runPodsCommand(rest, io.out);
       case 'uninstall':

@@ -8,9 +8,10 @@ import { execFileSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { main } from '../../src/cli/main.js';
 import { EchoApp } from '../../src/demo/demo-apps.js';
 import { CNI_PLUGIN_DIR, demoPrerequisites, DemoEnvironment, type DemoPod } from '../../src/demo/environment.js';
-import { buildPauseImage, containerdPrerequisites, TestContainerd, type SandboxSpec } from '../helpers/containerd.js';
+import { buildPauseImage, containerdPrerequisites, ContainerdRuntime, type SandboxSpec } from '../../src/demo/containerd-runtime.js';
 import { requirePrivilegedInCi } from '../helpers/netns.js';
 
 requirePrivilegedInCi();
@@ -33,7 +34,7 @@ describe.skipIf(skip)(`containerd over CRI end to end${skip ? ` — skipped: ${s
   let dir: string;
   let image: string;
   let env: DemoEnvironment;
-  let containerd: TestContainerd | undefined;
+  let containerd: ContainerdRuntime | undefined;
   let podCount = 0;
   const stateDirB = (): string => join(dir, 'b');
 
@@ -53,8 +54,8 @@ describe.skipIf(skip)(`containerd over CRI end to end${skip ? ` — skipped: ${s
     chmodSync(target, 0o755);
   }
 
-  async function startContainerd(name: string, netnsUnderStateDir: boolean): Promise<TestContainerd> {
-    const runtime = new TestContainerd({ dir: join(dir, name), nodeNetns: env.nodeNetnsPath, cniBinDir: env.binDir, cniConfDir: env.confDir, netnsUnderStateDir });
+  async function startContainerd(name: string, netnsUnderStateDir: boolean): Promise<ContainerdRuntime> {
+    const runtime = new ContainerdRuntime({ dir: join(dir, name), nodeNetns: env.nodeNetnsPath, cniBinDir: env.binDir, cniConfDir: env.confDir, netnsUnderStateDir });
     containerd = runtime;
     await runtime.start();
     runtime.importImage(image);
@@ -70,7 +71,7 @@ describe.skipIf(skip)(`containerd over CRI end to end${skip ? ` — skipped: ${s
   async function asDemoPod(name: string, uid: string, ip: string, netnsPath: string): Promise<DemoPod> {
     const handle = env.addon.openNetns(netnsPath);
     const app = await EchoApp.start(env.addon, handle, { label: name });
-    return { name, uid, ip, netnsName: '', netnsPath, handle, cni: undefined as never, app };
+    return { name, uid, ip, netnsName: '', netnsPath, handle, app };
   }
 
   beforeAll(async () => {
@@ -94,7 +95,7 @@ describe.skipIf(skip)(`containerd over CRI end to end${skip ? ` — skipped: ${s
   describe('pod netns in /var/run/netns; the pod lo is still down when the agent gets the ADD', () => {
     const pods: DemoPod[] = [];
     const sandboxes = new Map<string, string>(); // uid -> sandbox id
-    let runtime: TestContainerd;
+    let runtime: ContainerdRuntime;
 
     beforeAll(async () => {
       installLoopback('late');
@@ -166,7 +167,7 @@ describe.skipIf(skip)(`containerd over CRI end to end${skip ? ` — skipped: ${s
   });
 
   describe('netns_mounts_under_state_dir = true (real loopback plugin)', () => {
-    let runtime: TestContainerd;
+    let runtime: ContainerdRuntime;
 
     beforeAll(async () => {
       installLoopback('real');
@@ -191,4 +192,12 @@ describe.skipIf(skip)(`containerd over CRI end to end${skip ? ` — skipped: ${s
       expect(env.standIn!.requests.filter((r) => r.kind === 'del' && r.uid === pod.uid)).toHaveLength(1);
     }, 30_000);
   });
+
+  it('`ambient-node-agent demo --runtime containerd` runs the whole demo with containerd making the pods', async () => {
+    let output = '';
+    const status = await main(['demo', '--runtime', 'containerd'], { out: (t) => void (output += t), err: (t) => void (output += t) });
+    expect(output).toContain('containerd (CRI) in the node namespace');
+    expect(output).toContain('every connection and DNS query went through the ztunnel listeners');
+    expect(status, output).toBe(0);
+  }, 60_000);
 });

@@ -1,21 +1,27 @@
-// A real containerd (Debian's 1.6, its CRI plugin, runc) for the end-to-end test, driven over
-// CRI like the kubelet: its own root, state and socket under a temp dir, started inside the
-// test's node netns (nsenter --net only: the pod netns bind mounts must stay visible in our mount
-// namespace), a pause image built from test/fixtures/cri/pause.c and imported with `ctr`.
+// A real containerd (Debian's 1.6, its CRI plugin, runc) for `demo --runtime containerd` and the
+// end-to-end test, driven over CRI like the kubelet: its own root, state and socket under a temp
+// dir, started inside the node netns (nsenter --net only: the pod netns bind mounts must stay
+// visible in our mount namespace), a pause image built from test/fixtures/cri/pause.c and
+// imported with `ctr`. The CRI client (@grpc/grpc-js) is a dev dependency: this module is loaded
+// only in that mode, from a checkout (scripts/demo.sh), never by the agent.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 
-const CRI_PROTO = new URL('../fixtures/cri/api.proto', import.meta.url).pathname;
-const PAUSE_SOURCE = new URL('../fixtures/cri/pause.c', import.meta.url).pathname;
-export const PAUSE_IMAGE = 'localhost/ana-test-pause:1';
+import { projectRoot } from '../project-root.js';
+
+const CRI_FIXTURES = join(projectRoot(), 'test', 'fixtures', 'cri');
+const CRI_PROTO = join(CRI_FIXTURES, 'api.proto');
+const PAUSE_SOURCE = join(CRI_FIXTURES, 'pause.c');
+export const PAUSE_IMAGE = 'localhost/ana-demo-pause:1';
 const RPC_DEADLINE_MS = 30_000;
 
-/** Why the containerd test cannot run here, or undefined. */
+/** Why containerd cannot be run here, or undefined. */
 export function containerdPrerequisites(): string | undefined {
+  if (!existsSync(CRI_PROTO) || !existsSync(PAUSE_SOURCE)) return `${CRI_FIXTURES} is missing (a checkout of the repository is needed)`;
   for (const tool of ['/usr/bin/containerd', '/usr/bin/ctr', '/usr/bin/containerd-shim-runc-v2', '/usr/sbin/runc', '/usr/bin/nsenter', '/usr/bin/gcc', '/usr/bin/tar']) {
     if (!existsSync(tool)) return `${tool} is missing (apt-get install containerd runc gcc)`;
   }
@@ -74,7 +80,7 @@ function runtimeServiceClient(socket: string): RuntimeClient {
   return new loaded.runtime.v1.RuntimeService(`unix://${socket}`, grpc.credentials.createInsecure()) as unknown as RuntimeClient;
 }
 
-export class TestContainerd {
+export class ContainerdRuntime {
   readonly root: string;
   readonly state: string;
   readonly socket: string;
@@ -134,6 +140,7 @@ export class TestContainerd {
     writeFileSync(configPath, this.#config());
     const out = openSync(this.log, 'a');
     this.#process = spawn('nsenter', [`--net=${this.options.nodeNetns}`, 'containerd', '--config', configPath, '--log-level', 'warn'], { stdio: ['ignore', out, out] });
+    closeSync(out); // the child has its own copy
     const deadline = Date.now() + 20_000;
     while (Date.now() < deadline) {
       if (this.#process.exitCode !== null) throw new Error(`containerd exited with ${this.#process.exitCode}: ${this.logTail()}`);
