@@ -323,7 +323,8 @@ bool Rtnl::ListRoutes(int family, uint32_t table, std::vector<RouteEntry>* out, 
   return Dump(nlh, CollectRoute, &dump, err);
 }
 
-bool Rtnl::Query(nlmsghdr* nlh, int (*cb)(const nlmsghdr*, void*), void* data, SysError* err) {
+bool Rtnl::Query(nlmsghdr* nlh, const char* what, int (*cb)(const nlmsghdr*, void*), void* data,
+                 SysError* err) {
   nlh->nlmsg_flags = NLM_F_REQUEST;
   nlh->nlmsg_seq = ++seq_;
   if (mnl_socket_sendto(sock_, nlh, nlh->nlmsg_len) < 0) {
@@ -337,7 +338,7 @@ bool Rtnl::Query(nlmsghdr* nlh, int (*cb)(const nlmsghdr*, void*), void* data, S
     return false;
   }
   if (mnl_cb_run(buf.data(), n, nlh->nlmsg_seq, port_id_, cb, data) < 0) {
-    *err = SysError::FromErrno(errno, "RTM_GETLINK");
+    *err = SysError::FromErrno(errno, what);
     return false;
   }
   return true;
@@ -384,7 +385,8 @@ bool Rtnl::GetLink(const std::string& dev, LinkState* out, SysError* err) {
   ifi->ifi_family = AF_UNSPEC;
   ifi->ifi_index = ifindex;
   *out = LinkState{};
-  return Query(nlh, ReadLink, out, err);
+  out->index = ifindex;
+  return Query(nlh, "RTM_GETLINK", ReadLink, out, err);
 }
 
 bool Rtnl::DeviceIpv6Enabled(const std::string& dev, bool* enabled, SysError* err) {
@@ -405,7 +407,7 @@ bool Rtnl::SetLinkUp(const std::string& dev, bool* changed, SysError* err) {
   nlh->nlmsg_flags = NLM_F_REQUEST;
   auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
   ifi->ifi_family = AF_UNSPEC;
-  ifi->ifi_index = Ifindex(dev, err);
+  ifi->ifi_index = link.index;
   ifi->ifi_flags = IFF_UP;
   ifi->ifi_change = IFF_UP;
   int kerr = 0;

@@ -40,6 +40,7 @@ struct AddressEntry {
 };
 
 struct LinkState {
+  int index = 0;
   unsigned flags = 0;         // IFF_*
   bool ipv6_enabled = false;  // IPv6 in the kernel and net.ipv6.conf.<dev>.disable_ipv6 == 0
 };
@@ -75,8 +76,9 @@ class Rtnl {
  private:
   // Sends one request and reads its ack; the kernel's errno (0 on success) goes to *kernel_errno.
   bool Transact(nlmsghdr* nlh, int* kernel_errno, SysError* err);
-  // Sends one request and handles its single answer (no ack); a kernel error fails it.
-  bool Query(nlmsghdr* nlh, int (*cb)(const nlmsghdr*, void*), void* data, SysError* err);
+  // Sends one request and handles its single answer (no ack); a kernel error fails it as `what`.
+  bool Query(nlmsghdr* nlh, const char* what, int (*cb)(const nlmsghdr*, void*), void* data,
+             SysError* err);
   bool Dump(nlmsghdr* nlh, int (*cb)(const nlmsghdr*, void*), void* data, SysError* err);
   bool FwmarkRuleRequest(uint16_t type, uint16_t flags, const FwmarkRule& rule, int* kernel_errno,
                          SysError* err);

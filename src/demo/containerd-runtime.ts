@@ -6,7 +6,7 @@
 // only in that mode, from a checkout (scripts/demo.sh), never by the agent.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -135,7 +135,6 @@ export class ContainerdRuntime {
 
   async start(): Promise<void> {
     mkdirSync(this.options.dir, { recursive: true });
-    chmodSync(this.options.dir, 0o711);
     const configPath = join(this.options.dir, 'config.toml');
     writeFileSync(configPath, this.#config());
     const out = openSync(this.log, 'a');
