@@ -117,6 +117,9 @@ export class ContainerdRuntime {
       `  sandbox_image = ${JSON.stringify(PAUSE_IMAGE)}`,
       // runc cannot raise oom_score_adj here: root lacks CAP_SYS_RESOURCE in this machine's container.
       '  restrict_oom_score_adj = true',
+      // The pause sandbox needs no AppArmor profile, and loading containerd's default one would
+      // need apparmor_parser on machines with AppArmor on (Debian's default).
+      '  disable_apparmor = true',
       `  netns_mounts_under_state_dir = ${this.options.netnsUnderStateDir}`,
       '  stream_server_address = "127.0.0.1"',
       '  stream_server_port = "0"',
