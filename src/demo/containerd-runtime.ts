@@ -105,7 +105,7 @@ export class ContainerdRuntime {
       'version = 2',
       `root = ${JSON.stringify(this.root)}`,
       `state = ${JSON.stringify(this.state)}`,
-      // Snapshotters and services this test does not use stay off (no probing of the machine).
+      // Snapshotters and services nothing here uses stay off (no probing of the machine).
       'disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]',
       '[grpc]',
       `  address = ${JSON.stringify(this.socket)}`,
