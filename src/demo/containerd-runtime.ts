@@ -18,6 +18,8 @@ const CRI_PROTO = join(CRI_FIXTURES, 'api.proto');
 const PAUSE_SOURCE = join(CRI_FIXTURES, 'pause.c');
 export const PAUSE_IMAGE = 'localhost/ana-demo-pause:1';
 const RPC_DEADLINE_MS = 30_000;
+/** What the tools get: a PATH, nothing of ours (no LD_PRELOAD of a sanitizer run, no NODE_OPTIONS). */
+const TOOL_ENV = { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin' };
 
 /** Why containerd cannot be run here, or undefined. */
 export function containerdPrerequisites(): string | undefined {
@@ -32,18 +34,18 @@ export function containerdPrerequisites(): string | undefined {
 export function buildPauseImage(dir: string): string {
   const layerDir = join(dir, 'layer');
   mkdirSync(layerDir, { recursive: true });
-  execFileSync('gcc', ['-static', '-Os', '-o', join(layerDir, 'pause'), PAUSE_SOURCE]);
+  execFileSync('gcc', ['-static', '-Os', '-o', join(layerDir, 'pause'), PAUSE_SOURCE], { env: TOOL_ENV });
   const imageDir = join(dir, 'image');
   mkdirSync(imageDir, { recursive: true });
   const layer = join(imageDir, 'layer.tar');
-  execFileSync('tar', ['--numeric-owner', '--owner=0', '--group=0', '--mtime=@0', '-C', layerDir, '-cf', layer, 'pause']);
+  execFileSync('tar', ['--numeric-owner', '--owner=0', '--group=0', '--mtime=@0', '-C', layerDir, '-cf', layer, 'pause'], { env: TOOL_ENV });
   const diffId = `sha256:${createHash('sha256').update(readFileSync(layer)).digest('hex')}`;
   const architecture = process.arch === 'x64' ? 'amd64' : process.arch;
   const config = { architecture, os: 'linux', config: { Entrypoint: ['/pause'] }, rootfs: { type: 'layers', diff_ids: [diffId] } };
   writeFileSync(join(imageDir, 'config.json'), JSON.stringify(config));
   writeFileSync(join(imageDir, 'manifest.json'), JSON.stringify([{ Config: 'config.json', RepoTags: [PAUSE_IMAGE], Layers: ['layer.tar'] }]));
   const archive = join(dir, 'pause-image.tar');
-  execFileSync('tar', ['-C', imageDir, '-cf', archive, 'manifest.json', 'config.json', 'layer.tar']);
+  execFileSync('tar', ['-C', imageDir, '-cf', archive, 'manifest.json', 'config.json', 'layer.tar'], { env: TOOL_ENV });
   return archive;
 }
 
@@ -141,7 +143,7 @@ export class ContainerdRuntime {
     const configPath = join(this.options.dir, 'config.toml');
     writeFileSync(configPath, this.#config());
     const out = openSync(this.log, 'a');
-    this.#process = spawn('nsenter', [`--net=${this.options.nodeNetns}`, 'containerd', '--config', configPath, '--log-level', 'warn'], { stdio: ['ignore', out, out] });
+    this.#process = spawn('nsenter', [`--net=${this.options.nodeNetns}`, 'containerd', '--config', configPath, '--log-level', 'warn'], { stdio: ['ignore', out, out], env: TOOL_ENV });
     closeSync(out); // the child has its own copy
     const deadline = Date.now() + 20_000;
     while (Date.now() < deadline) {
@@ -161,7 +163,7 @@ export class ContainerdRuntime {
   }
 
   importImage(archive: string): void {
-    execFileSync('ctr', ['--address', this.socket, '-n', 'k8s.io', 'images', 'import', archive], { stdio: ['ignore', 'pipe', 'pipe'] });
+    execFileSync('ctr', ['--address', this.socket, '-n', 'k8s.io', 'images', 'import', archive], { stdio: ['ignore', 'pipe', 'pipe'], env: TOOL_ENV });
   }
 
   #call(method: string, request: unknown, timeoutMs = RPC_DEADLINE_MS): Promise<Record<string, unknown>> {
@@ -236,7 +238,7 @@ export class ContainerdRuntime {
       .sort((a, b) => b.length - a.length);
     for (const target of mounts) {
       try {
-        execFileSync('umount', ['-l', target], { stdio: 'ignore' });
+        execFileSync('umount', ['-l', target], { stdio: 'ignore', env: TOOL_ENV });
       } catch {
         // already gone
       }
