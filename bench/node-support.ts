@@ -40,12 +40,13 @@ export class BenchPods {
   readonly live = new Map<string, BenchPod>();
   readonly #runtime: CniRuntime;
   readonly #node: NetnsHandle;
-  readonly #nodePath = `/var/run/netns/anademo${process.pid}-node`; // DemoEnvironment's node netns name
+  readonly #nodePath: string;
   readonly #pluginDirs: string[];
   readonly #conflist: object;
   #next = 0;
 
   constructor(env: DemoEnvironment) {
+    this.#nodePath = env.nodeNetnsPath;
     this.#node = env.addon.openNetns(this.#nodePath);
     this.#pluginDirs = [env.binDir, CNI_PLUGIN_DIR];
     this.#conflist = env.chainedConfig();

@@ -353,6 +353,9 @@ Step ParseStep(const Napi::Object& o) {
   } else if (op == "deviceHasIpv6") {
     s.op = StepOp::kDeviceHasIpv6;
     s.dev = GetString(o, "dev");
+  } else if (op == "setLinkUp") {
+    s.op = StepOp::kSetLinkUp;
+    s.dev = GetString(o, "dev");
   } else if (op == "listAddresses") {
     s.op = StepOp::kListAddresses;
   } else if (op == "socket") {

@@ -5,6 +5,8 @@
 #include <libmnl/libmnl.h>
 #include <linux/fib_rules.h>
 #include <linux/if_addr.h>
+#include <linux/if_link.h>
+#include <linux/ipv6.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <sys/socket.h>
@@ -36,6 +38,17 @@ void ForEachAttr(const nlmsghdr* nlh, size_t header_len, F visit) {
   auto* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(nlh));
   while (mnl_attr_ok(attr, static_cast<int>(tail - reinterpret_cast<const char*>(attr)))) {
     visit(attr);
+    attr = mnl_attr_next(attr);
+  }
+}
+
+template <typename F>
+void ForEachNested(const nlattr* nest, F visit) {
+  auto* attr = static_cast<const nlattr*>(mnl_attr_get_payload(nest));
+  int left = static_cast<int>(mnl_attr_get_payload_len(nest));
+  while (mnl_attr_ok(attr, left)) {
+    visit(attr);
+    left -= static_cast<int>(MNL_ALIGN(attr->nla_len));
     attr = mnl_attr_next(attr);
   }
 }
@@ -253,18 +266,6 @@ int CollectRoute(const nlmsghdr* nlh, void* data) {
   return MNL_CB_OK;
 }
 
-struct AddrDump {
-  uint32_t ifindex;
-  bool found = false;
-};
-
-int FindAddress(const nlmsghdr* nlh, void* data) {
-  auto* dump = static_cast<AddrDump*>(data);
-  auto* ifa = static_cast<const ifaddrmsg*>(mnl_nlmsg_get_payload(nlh));
-  if (ifa->ifa_family == AF_INET6 && ifa->ifa_index == dump->ifindex) dump->found = true;
-  return MNL_CB_OK;
-}
-
 struct AddrList {
   std::vector<AddressEntry>* out;
 };
@@ -322,17 +323,99 @@ bool Rtnl::ListRoutes(int family, uint32_t table, std::vector<RouteEntry>* out, 
   return Dump(nlh, CollectRoute, &dump, err);
 }
 
-bool Rtnl::DeviceHasIpv6Address(const std::string& dev, bool* has, SysError* err) {
+bool Rtnl::Query(nlmsghdr* nlh, const char* what, int (*cb)(const nlmsghdr*, void*), void* data,
+                 SysError* err) {
+  nlh->nlmsg_flags = NLM_F_REQUEST;
+  nlh->nlmsg_seq = ++seq_;
+  if (mnl_socket_sendto(sock_, nlh, nlh->nlmsg_len) < 0) {
+    *err = SysError::FromErrno(errno, "sendto", "NETLINK_ROUTE");
+    return false;
+  }
+  std::vector<char> buf(kBufSize);
+  ssize_t n = mnl_socket_recvfrom(sock_, buf.data(), buf.size());
+  if (n < 0) {
+    *err = SysError::FromErrno(errno, "recvfrom", "NETLINK_ROUTE");
+    return false;
+  }
+  if (mnl_cb_run(buf.data(), n, nlh->nlmsg_seq, port_id_, cb, data) < 0) {
+    *err = SysError::FromErrno(errno, what);
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+// IFLA_AF_SPEC > AF_INET6 > IFLA_INET6_CONF holds the device's IPv6 sysctls as an s32 array
+// indexed by DEVCONF_*; no AF_INET6 entry at all means IPv6 is off in the kernel.
+bool Ipv6EnabledIn(const nlattr* af_spec) {
+  bool enabled = false;
+  ForEachNested(af_spec, [&enabled](const nlattr* af) {
+    if (mnl_attr_get_type(af) != AF_INET6) return;
+    enabled = true;
+    ForEachNested(af, [&enabled](const nlattr* a) {
+      if (mnl_attr_get_type(a) != IFLA_INET6_CONF) return;
+      if (mnl_attr_get_payload_len(a) < (DEVCONF_DISABLE_IPV6 + 1) * sizeof(int32_t)) return;
+      auto* conf = static_cast<const int32_t*>(mnl_attr_get_payload(a));
+      enabled = conf[DEVCONF_DISABLE_IPV6] == 0;
+    });
+  });
+  return enabled;
+}
+
+int ReadLink(const nlmsghdr* nlh, void* data) {
+  auto* link = static_cast<LinkState*>(data);
+  auto* ifi = static_cast<const ifinfomsg*>(mnl_nlmsg_get_payload(nlh));
+  link->flags = ifi->ifi_flags;
+  ForEachAttr(nlh, sizeof(*ifi), [link](const nlattr* attr) {
+    if (mnl_attr_get_type(attr) == IFLA_AF_SPEC) link->ipv6_enabled = Ipv6EnabledIn(attr);
+  });
+  return MNL_CB_OK;
+}
+
+}  // namespace
+
+bool Rtnl::GetLink(const std::string& dev, LinkState* out, SysError* err) {
   int ifindex = Ifindex(dev, err);
   if (ifindex == 0) return false;
   std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
   nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
-  nlh->nlmsg_type = RTM_GETADDR;
-  auto* ifa = static_cast<ifaddrmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifaddrmsg)));
-  ifa->ifa_family = AF_INET6;
-  AddrDump dump{static_cast<uint32_t>(ifindex)};
-  if (!Dump(nlh, FindAddress, &dump, err)) return false;
-  *has = dump.found;
+  nlh->nlmsg_type = RTM_GETLINK;
+  auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
+  ifi->ifi_family = AF_UNSPEC;
+  ifi->ifi_index = ifindex;
+  *out = LinkState{};
+  out->index = ifindex;
+  return Query(nlh, "RTM_GETLINK", ReadLink, out, err);
+}
+
+bool Rtnl::DeviceIpv6Enabled(const std::string& dev, bool* enabled, SysError* err) {
+  LinkState link;
+  if (!GetLink(dev, &link, err)) return false;
+  *enabled = link.ipv6_enabled;
+  return true;
+}
+
+bool Rtnl::SetLinkUp(const std::string& dev, bool* changed, SysError* err) {
+  LinkState link;
+  if (!GetLink(dev, &link, err)) return false;
+  *changed = (link.flags & IFF_UP) == 0;
+  if (!*changed) return true;
+  std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
+  nlh->nlmsg_type = RTM_NEWLINK;
+  nlh->nlmsg_flags = NLM_F_REQUEST;
+  auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
+  ifi->ifi_family = AF_UNSPEC;
+  ifi->ifi_index = link.index;
+  ifi->ifi_flags = IFF_UP;
+  ifi->ifi_change = IFF_UP;
+  int kerr = 0;
+  if (!Transact(nlh, &kerr, err)) return false;
+  if (kerr != 0) {
+    *err = SysError::FromErrno(kerr, "RTM_NEWLINK", dev + " up");
+    return false;
+  }
   return true;
 }
 

@@ -39,6 +39,12 @@ struct AddressEntry {
   std::string dev;
 };
 
+struct LinkState {
+  int index = 0;
+  unsigned flags = 0;         // IFF_*
+  bool ipv6_enabled = false;  // IPv6 in the kernel and net.ipv6.conf.<dev>.disable_ipv6 == 0
+};
+
 class Rtnl {
  public:
   Rtnl() = default;
@@ -58,13 +64,21 @@ class Rtnl {
 
   bool ListFwmarkRules(int family, std::vector<FwmarkRule>* out, SysError* err);
   bool ListRoutes(int family, uint32_t table, std::vector<RouteEntry>* out, SysError* err);
-  bool DeviceHasIpv6Address(const std::string& dev, bool* has, SysError* err);
+  bool GetLink(const std::string& dev, LinkState* out, SysError* err);
+  // Istio's test (net.ipv6.conf.<dev>.disable_ipv6), read over rtnetlink: true even while the
+  // device is down and has no IPv6 address yet.
+  bool DeviceIpv6Enabled(const std::string& dev, bool* enabled, SysError* err);
+  // Idempotent: *changed is false when the device was up already.
+  bool SetLinkUp(const std::string& dev, bool* changed, SysError* err);
   // Every interface address in the namespace (both families).
   bool ListAddresses(std::vector<AddressEntry>* out, SysError* err);
 
  private:
   // Sends one request and reads its ack; the kernel's errno (0 on success) goes to *kernel_errno.
   bool Transact(nlmsghdr* nlh, int* kernel_errno, SysError* err);
+  // Sends one request and handles its single answer (no ack); a kernel error fails it as `what`.
+  bool Query(nlmsghdr* nlh, const char* what, int (*cb)(const nlmsghdr*, void*), void* data,
+             SysError* err);
   bool Dump(nlmsghdr* nlh, int (*cb)(const nlmsghdr*, void*), void* data, SysError* err);
   bool FwmarkRuleRequest(uint16_t type, uint16_t flags, const FwmarkRule& rule, int* kernel_errno,
                          SysError* err);

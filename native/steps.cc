@@ -25,7 +25,7 @@ class LazyRtnl {
 bool ReplaceRoute(Rtnl* rtnl, const Step& s, StepResult* r, SysError* err) {
   if (s.skip_without_ipv6) {
     bool has = false;
-    if (!rtnl->DeviceHasIpv6Address(s.dev, &has, err)) return false;
+    if (!rtnl->DeviceIpv6Enabled(s.dev, &has, err)) return false;
     if (!has) {
       r->skipped = true;
       return true;
@@ -46,7 +46,8 @@ bool RunRouting(const Step& s, LazyRtnl* lazy, StepResult* r, SysError* err) {
       return rtnl->DeleteLocalDefaultRoute(s.family, s.table, s.dev, &r->changed, err);
     case StepOp::kListFwmarkRules: return rtnl->ListFwmarkRules(s.family, &r->rules, err);
     case StepOp::kListRoutes: return rtnl->ListRoutes(s.family, s.table, &r->routes, err);
-    case StepOp::kDeviceHasIpv6: return rtnl->DeviceHasIpv6Address(s.dev, &r->flag, err);
+    case StepOp::kDeviceHasIpv6: return rtnl->DeviceIpv6Enabled(s.dev, &r->flag, err);
+    case StepOp::kSetLinkUp: return rtnl->SetLinkUp(s.dev, &r->changed, err);
     case StepOp::kListAddresses: return rtnl->ListAddresses(&r->addresses, err);
     default: break;
   }

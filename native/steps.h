@@ -37,6 +37,7 @@ enum class StepOp {
   kIpsetList,
   kIpsetAdd,
   kIpsetDel,
+  kSetLinkUp,           // bring a device up (idempotent): the pod's lo before its rules
 };
 
 struct Step {
@@ -49,7 +50,7 @@ struct Step {
   int family = 0;         // route/list ops
   uint32_t table = 0;
   std::string dev;
-  bool skip_without_ipv6 = false;  // kReplaceLocalRoute: skip when dev has no IPv6 address
+  bool skip_without_ipv6 = false;  // kReplaceLocalRoute: skip when IPv6 is disabled on dev
   SocketSpec socket;
   std::vector<std::string> argv;   // kExec
   std::string input;
@@ -67,7 +68,7 @@ struct Step {
 struct StepResult {
   bool changed = false;
   bool skipped = false;
-  bool flag = false;      // kDeviceHasIpv6
+  bool flag = false;      // kDeviceHasIpv6: IPv6 enabled on the device
   std::string output;     // kNft
   int fd = -1;            // kSocket
   std::vector<FwmarkRule> rules;

@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 
 # libnftables-dev/libmnl-dev: the addon links them; nlohmann-json3-dev: the CNI plugin parses JSON;
 # containernetworking-plugins: bridge/host-local for the demo; nftables/iptables/iproute2: the tests use the
-# real binaries as independent witnesses; g++/make/python3: node-gyp.
-PACKAGES=(libnftables-dev libmnl-dev nlohmann-json3-dev nftables iptables ipset iproute2 containernetworking-plugins g++ make python3)
+# real binaries as independent witnesses; g++/make/python3: node-gyp; containerd/runc: the end-to-end test
+# with a real container runtime (test/priv/e2e-containerd.test.ts; gcc, from g++, builds its pause image).
+PACKAGES=(libnftables-dev libmnl-dev nlohmann-json3-dev nftables iptables ipset iproute2 containernetworking-plugins g++ make python3 containerd runc)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

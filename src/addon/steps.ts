@@ -17,13 +17,19 @@ export interface DeleteFwmarkRuleStep extends FwmarkRuleSpec { op: 'deleteFwmark
 export interface LocalRouteSpec { family: Family; table: number; dev: string }
 export interface ReplaceLocalRouteStep extends LocalRouteSpec {
   op: 'replaceLocalRoute';
-  /** Skip (result.skipped) when `dev` has no IPv6 address: IPv6 disabled in the pod. */
+  /**
+   * Skip (result.skipped) when IPv6 is disabled on `dev` (`net.ipv6.conf.<dev>.disable_ipv6`, or
+   * no IPv6 in the kernel). A device that is merely down or has no address yet is not skipped.
+   */
   skipWithoutIpv6?: boolean;
 }
 export interface DeleteLocalRouteStep extends LocalRouteSpec { op: 'deleteLocalRoute' }
 export interface ListFwmarkRulesStep { op: 'listFwmarkRules'; family: Family }
 export interface ListRoutesStep { op: 'listRoutes'; family: Family; table: number }
+/** Whether IPv6 is enabled on `dev` (the same test as skipWithoutIpv6). */
 export interface DeviceHasIpv6Step { op: 'deviceHasIpv6'; dev: string }
+/** Brings `dev` up; changed is false when it was up already. */
+export interface SetLinkUpStep { op: 'setLinkUp'; dev: string }
 export interface ListAddressesStep { op: 'listAddresses' }
 export interface SocketStep {
   op: 'socket';
@@ -80,6 +86,7 @@ export type Step =
   | ListFwmarkRulesStep
   | ListRoutesStep
   | DeviceHasIpv6Step
+  | SetLinkUpStep
   | ListAddressesStep
   | SocketStep
   | ExecStep

@@ -14,6 +14,7 @@ import { ADD_ANSWER_MS } from '../cni/protocol.js';
  * rest of its work (netns, rules, state file) and for the answer within ADD_ANSWER_MS.
  */
 export const MAX_ZTUNNEL_WAIT_MS = ADD_ANSWER_MS - 500;
+import { netnsDirProblem } from '../pods/netns-path.js';
 
 export type KubeMode = 'auto' | 'none';
 
@@ -29,6 +30,8 @@ export interface AgentConfig {
   ipv6: boolean;
   backend: 'nftables' | 'iptables';
   netnsRoot: string;
+  /** NETNS_DIRS: netns directories accepted besides the runtimes' usual ones (src/pods/netns-path.ts). */
+  netnsDirs: string[];
   procDir: string;
   /**
    * ALLOW_SWITCH_TO_HOST_NS (Istio's chart sets true unless the DaemonSet shares the host
@@ -86,6 +89,7 @@ export const OPTIONS: readonly Option[] = [
   { flag: 'ipv6', env: 'AMBIENT_IPV6', fallback: 'true', help: 'also redirect IPv6', kind: 'bool' },
   { flag: 'backend', env: 'NATIVE_NFTABLES', fallback: 'nftables', help: 'nftables or iptables (NATIVE_NFTABLES=false selects iptables)', kind: 'string' },
   { flag: 'netns-root', env: 'NETNS_ROOT', fallback: '/host', help: 'prefix for netns paths from the runtime (the host filesystem)', kind: 'string' },
+  { flag: 'netns-dirs', env: 'NETNS_DIRS', fallback: '', help: "comma-separated extra directories (host paths) where the runtime puts pod netns files, besides the usual ones", kind: 'string' },
   { flag: 'proc-dir', env: 'PROC_DIR', fallback: '/host/proc', help: "the host's /proc", kind: 'string' },
   { flag: 'allow-switch-to-host-ns', env: 'ALLOW_SWITCH_TO_HOST_NS', fallback: 'false', help: 'host probe rules and sets in <proc-dir>/1/ns/net, not the agent\'s own netns', kind: 'bool' },
   { flag: 'health-port', env: 'HEALTH_PORT', fallback: '8000', help: '/healthz and /readyz', kind: 'string' },
@@ -198,6 +202,15 @@ function backendOf(raw: string, problems: string[]): 'nftables' | 'iptables' {
   return 'nftables';
 }
 
+function netnsDirs(raw: string, problems: string[]): string[] {
+  const dirs = raw.split(',').map((s) => s.trim()).filter(Boolean);
+  for (const dir of dirs) {
+    const problem = netnsDirProblem(dir);
+    if (problem) problems.push(`--netns-dirs: ${JSON.stringify(dir)} ${problem}`);
+  }
+  return dirs;
+}
+
 /** Parses flags and environment; throws one UsageError listing every bad value. */
 export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process.env, defaultPluginSource = ''): AgentConfig {
   const raw = collect(args, env);
@@ -222,6 +235,7 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
     ipv6: bool(raw, 'ipv6', problems),
     backend: backendOf(get('backend'), problems),
     netnsRoot: get('netns-root'),
+    netnsDirs: netnsDirs(get('netns-dirs'), problems),
     procDir: get('proc-dir'),
     allowSwitchToHostNs: bool(raw, 'allow-switch-to-host-ns', problems),
     healthPort: port(raw, 'health-port', problems),

@@ -101,6 +101,8 @@ export class KubernetesSource implements PodSource {
       enablement: this.#enablement,
       netnsRoot: deps.config.netnsRoot,
       ...(hostNetns?.switched ? { hostNetns: { ino: hostNetns.handle.ino, dev: hostNetns.handle.dev } } : {}),
+      netnsDirs: deps.config.netnsDirs,
+      procDir: deps.config.procDir,
       reconcileRulesOnStartup: opts.reconcileRulesOnStartup ?? true,
       log: deps.log,
     });

@@ -19,6 +19,8 @@ export class StandaloneSource implements PodSource {
       registry: deps.registry,
       store: new PodStateStore(deps.config.runDir),
       netnsRoot: deps.config.netnsRoot,
+      netnsDirs: deps.config.netnsDirs,
+      procDir: deps.config.procDir,
       excludeNamespaces: deps.config.excludeNamespaces,
       log: deps.log,
     });

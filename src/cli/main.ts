@@ -14,6 +14,7 @@ commands:
            formats; also what runs when this program is started as \`install-cni\` (Istio's chart)
   pods     the pods the running agent tracks (netns, rule state, ztunnel state), from /debug/pods
   demo     the whole CNI path on this machine (root, no Kubernetes), narrated, then cleaned up
+           [--runtime cni|containerd]: pods made by the demo itself (default) or by a real containerd over CRI
   uninstall  remove the CNI config entry and the plugin binary this agent installed
   rules    print, apply, delete or verify Istio's in-pod / host redirection rules
   zds      serve pods to ztunnel over ZDS (zds serve --pod ns/name/sa/uid=/var/run/netns/x)
@@ -55,7 +56,7 @@ export async function main(argv: string[], io: MainIO = processIO, addon?: NetAd
       case INSTALL_CNI:
         return await (await import('./install-cni-command.js')).runInstallCni(rest, io.out, untilSignal());
       case 'demo':
-        return await (await import('../demo/demo-command.js')).runDemo(io.out, untilSignal());
+        return await (await import('../demo/demo-command.js')).runDemo(io.out, untilSignal(), rest);
       case 'pods':
         return await (await import('./pods-command.js')).runPodsCommand(rest, io.out);
       case 'uninstall':

@@ -1,5 +1,7 @@
 // `ambient-node-agent demo`: the whole CNI path on this machine, narrated, then cleaned up.
-import { CLUSTER_DNS, DemoEnvironment, type ConnectionRow, type DnsRow } from './environment.js';
+import { parseArgs } from 'node:util';
+import { UsageError } from '../cli/usage-error.js';
+import { CLUSTER_DNS, DemoEnvironment, type ConnectionRow, type DemoRuntime, type DnsRow } from './environment.js';
 
 const OK = '✔';
 const NO = '✘';
@@ -37,9 +39,23 @@ export function dnsTable(rows: DnsRow[]): string {
   );
 }
 
-export async function runDemo(out: (s: string) => void, interrupted: Promise<void>): Promise<number> {
+/** `demo [--runtime cni|containerd]`: who creates the pods (the demo itself, or a real containerd over CRI). */
+export function parseDemoArgs(args: string[]): { runtime: DemoRuntime } {
+  let runtime: string | undefined;
+  try {
+    ({ values: { runtime } } = parseArgs({ args, options: { runtime: { type: 'string' } }, strict: true }));
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  if (runtime === undefined || runtime === 'cni' || runtime === 'containerd') return { runtime: runtime ?? 'cni' };
+  throw new UsageError(`--runtime: expected cni or containerd, got ${JSON.stringify(runtime)}`);
+}
+
+export async function runDemo(out: (s: string) => void, interrupted: Promise<void>, args: string[] = []): Promise<number> {
   const say = (s: string): void => out(`${s}\n`);
-  const env = new DemoEnvironment({ log: (l) => (process.env['DEMO_VERBOSE'] ? say(`    ${l}`) : undefined) });
+  const { runtime } = parseDemoArgs(args);
+  const env = new DemoEnvironment({ runtime, log: (l) => (process.env['DEMO_VERBOSE'] ? say(`    ${l}`) : undefined) });
+  const byContainerd = runtime === 'containerd';
   let aborted = false;
   void interrupted.then(() => {
     aborted = true;
@@ -50,10 +66,10 @@ export async function runDemo(out: (s: string) => void, interrupted: Promise<voi
     say(`[${n}/6] ${text}`);
   };
   try {
-    step(1, 'node namespace, bridge network config, agent (standalone), ztunnel stand-in');
+    step(1, `node namespace, bridge network config, agent (standalone), ztunnel stand-in${byContainerd ? ', containerd (CRI) in the node namespace' : ''}`);
     await env.setUp();
     say(`      CNI chain: ${env.chainedConfig().plugins.map((p) => p.type).join(' → ')}`);
-    step(2, 'creating pods (bridge + host-local + istio-cni; ADD returns once ztunnel has the pod)');
+    step(2, `creating pods (${byContainerd ? 'containerd RunPodSandbox: ' : ''}bridge + host-local + istio-cni; ADD returns once ztunnel has the pod)`);
     await env.createPods((p) => say(`      pod ${p.name.padEnd(4)} ${p.ip.padEnd(14)} enrolled, app on :8080`));
     step(3, 'pod-to-pod traffic');
     const rows = await env.connectAll((r) => say(`      ${r.from} → ${r.to}: ${r.echoed ? 'echo ok' : 'no echo'}`));
@@ -61,7 +77,7 @@ export async function runDemo(out: (s: string) => void, interrupted: Promise<voi
     step(4, `DNS queries to ${CLUSTER_DNS}`);
     const dns = await env.resolveAll();
     say(`\n${dnsTable(dns)}\n`);
-    step(5, 'deleting pods (CNI DEL → agent → ztunnel del)');
+    step(5, `deleting pods (${byContainerd ? 'StopPodSandbox + RemovePodSandbox → ' : ''}CNI DEL → agent → ztunnel del)`);
     for (const pod of [...env.pods]) await env.deletePod(pod);
     step(6, 'stopping the agent and the stand-in, removing namespaces');
     const good = rows.every((r) => r.outbound && r.inbound && r.echoed) && dns.every((d) => d.event);

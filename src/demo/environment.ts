@@ -4,13 +4,14 @@
 // on the agent's ZDS socket, and pods created the way a container runtime creates them.
 // Nothing touches the machine's own network: the bridge and veths live in the node namespace.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { NativeNetAddon, type NetnsHandle } from '../addon/net-addon.js';
 import { projectRoot } from '../project-root.js';
 import { CniRuntime, type CniPod } from './cni-runtime.js';
+import type { ContainerdRuntime } from './containerd-runtime.js';
 import { dnsQuery, EchoApp, tcpExchange, DEMO_APP_PORT } from './demo-apps.js';
 import { ZtunnelStandIn, type StandInEvent } from './ztunnel-standin.js';
 
@@ -26,9 +27,14 @@ export interface DemoPod {
   netnsName: string;
   netnsPath: string;
   handle: NetnsHandle;
-  cni: CniPod;
+  /** How the pod was made: CNI commands run by the demo itself, or a containerd sandbox. */
+  cni?: CniPod;
+  sandboxId?: string;
   app: EchoApp;
 }
+
+/** Who creates the pods: the demo's own CNI driver, or a real containerd over CRI. */
+export type DemoRuntime = 'cni' | 'containerd';
 
 export interface ConnectionRow {
   from: string;
@@ -56,6 +62,9 @@ export interface DemoOptions {
   log?: (line: string) => void;
   /** Extra Node.js flags for the agent process (the node benchmark profiles with --cpu-prof). */
   agentNodeArgs?: string[];
+  /** Extra `run` flags for the agent (after the demo's own, so they win). */
+  agentArgs?: string[];
+  runtime?: DemoRuntime;
 }
 
 function ip(args: string[]): string {
@@ -74,6 +83,17 @@ function freePort(): Promise<number> {
 }
 
 /** Why the demo cannot run here, or undefined. */
+export async function demoPrerequisitesFor(runtime: DemoRuntime): Promise<string | undefined> {
+  const problem = demoPrerequisites();
+  if (problem || runtime === 'cni') return problem;
+  try {
+    return (await import('./containerd-runtime.js')).containerdPrerequisites();
+  } catch (err) {
+    return `the containerd runtime needs the dev dependencies (@grpc/grpc-js; npm ci in a checkout): ${(err as Error).message}`;
+  }
+}
+
+/** Why the demo (CNI runtime) cannot run here, or undefined. */
 export function demoPrerequisites(): string | undefined {
   if (process.getuid?.() !== 0) return 'the demo needs root (it creates network namespaces)';
   const missing = NEEDED_PLUGINS.filter((p) => !existsSync(join(CNI_PLUGIN_DIR, p)));
@@ -85,6 +105,8 @@ export function demoPrerequisites(): string | undefined {
   return undefined;
 }
 
+let environments = 0;
+
 export class DemoEnvironment {
   readonly addon = new NativeNetAddon();
   readonly pods: DemoPod[] = [];
@@ -95,11 +117,15 @@ export class DemoEnvironment {
   readonly zdsSocket = join(this.workDir, 'ztunnel', 'ztunnel.sock');
   readonly primaryConfig = join(this.workDir, 'net.d', '10-demo.conflist');
   readonly agentLog = join(this.workDir, 'agent.log');
-  readonly #prefix = `anademo${process.pid}`;
+  /** Unique per environment: two in one process (a test beside the demo) must not collide. */
+  readonly #prefix = `anademo${process.pid}${environments++ > 0 ? `x${environments - 1}` : ''}`;
   readonly #subnet: string;
   readonly #podNames: string[];
   readonly #log: (line: string) => void;
   readonly #agentNodeArgs: string[];
+  readonly #agentArgs: string[];
+  readonly #runtimeKind: DemoRuntime;
+  #containerd: ContainerdRuntime | undefined;
   readonly #namespaces: string[] = [];
   #node: NetnsHandle | undefined;
   #agent: ChildProcess | undefined;
@@ -112,6 +138,13 @@ export class DemoEnvironment {
     this.#subnet = `10.248.${options.subnet ?? 77}`;
     this.#log = options.log ?? (() => {});
     this.#agentNodeArgs = options.agentNodeArgs ?? [];
+    this.#agentArgs = options.agentArgs ?? [];
+    this.#runtimeKind = options.runtime ?? 'cni';
+  }
+
+  /** The node network namespace's file (a container runtime for the pods runs in it). */
+  get nodeNetnsPath(): string {
+    return `/var/run/netns/${this.#prefix}-node`;
   }
 
   /** The running agent process (startAgent), if any. */
@@ -125,7 +158,7 @@ export class DemoEnvironment {
 
   /** Node namespace, CNI config, agent, ztunnel stand-in: everything but the pods. */
   async setUp(): Promise<void> {
-    const problem = demoPrerequisites();
+    const problem = await demoPrerequisitesFor(this.#runtimeKind);
     if (problem) throw new Error(problem);
     this.#log(`work dir ${this.workDir}`);
     this.#node = this.addon.openNetns(this.#createNamespace(`${this.#prefix}-node`));
@@ -134,6 +167,22 @@ export class DemoEnvironment {
     this.standIn = new ZtunnelStandIn({ socketPath: this.zdsSocket, addon: this.addon, log: (l) => this.#log(`ztunnel: ${l}`) }).start();
     await this.standIn.waitFor(() => this.standIn!.ready, 10_000, 'ztunnel stand-in connected and synced');
     this.#log('ztunnel stand-in connected to the agent (ZDS snapshot received)');
+    if (this.#runtimeKind === 'containerd') await this.#startContainerd();
+  }
+
+  /** containerd in the node netns, reading the chained config; its one bin dir gets the plugins. */
+  async #startContainerd(): Promise<void> {
+    const { buildPauseImage, ContainerdRuntime } = await import('./containerd-runtime.js');
+    for (const plugin of [...NEEDED_PLUGINS, 'loopback']) {
+      const link = join(this.binDir, plugin);
+      if (!existsSync(link)) symlinkSync(join(CNI_PLUGIN_DIR, plugin), link);
+    }
+    const dir = join(this.workDir, 'containerd');
+    const image = buildPauseImage(join(dir, 'image'));
+    this.#containerd = new ContainerdRuntime({ dir, nodeNetns: this.nodeNetnsPath, cniBinDir: this.binDir, cniConfDir: this.confDir, netnsUnderStateDir: false });
+    await this.#containerd.start();
+    this.#containerd.importImage(image);
+    this.#log(`containerd running in the node namespace (CRI socket ${this.#containerd.socket}), pause image imported`);
   }
 
   /** The node's primary network: a bridge with host-local IPAM kept in the work dir. */
@@ -163,7 +212,7 @@ export class DemoEnvironment {
     const args = [
       ...this.#agentNodeArgs, main, 'run', '--kube-mode', 'none', '--run-dir', this.runDir, '--cni-bin-dir', this.binDir, '--cni-conf-dir', this.confDir,
       '--zds-socket', this.zdsSocket, '--netns-root', '', '--proc-dir', '/proc', '--health-port', String(this.#healthPort),
-      '--metrics-port', '0', '--exclude-namespaces', 'kube-system', '--log-level', 'info',
+      '--metrics-port', '0', '--exclude-namespaces', 'kube-system', '--log-level', 'info', ...this.#agentArgs,
     ];
     const logFile = createWriteStream(this.agentLog, { flags: 'a' });
     const agent = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin' } });
@@ -215,6 +264,7 @@ export class DemoEnvironment {
 
   /** Creates a pod the way a runtime does: a netns, then the chained CNI ADD (ours included). */
   async createPod(name: string, namespace = 'demo'): Promise<DemoPod> {
+    if (this.#containerd) return this.#createSandbox(this.#containerd, name, namespace);
     const netnsPath = this.#createNamespace(`${this.#prefix}-${name}`);
     const uid = `00000000-demo-4000-8000-${String(this.pods.length + 1).padStart(12, '0')}`;
     const cni: CniPod = {
@@ -229,6 +279,19 @@ export class DemoEnvironment {
     const pod: DemoPod = { name, uid, ip: podIp, netnsName: `${this.#prefix}-${name}`, netnsPath, handle, cni, app };
     this.pods.push(pod);
     this.standIn?.setDnsRecord(`${name}.demo`, podIp);
+    return pod;
+  }
+
+  /** RunPodSandbox: containerd makes the netns and runs the chain; then an app in the sandbox netns. */
+  async #createSandbox(containerd: ContainerdRuntime, name: string, namespace: string): Promise<DemoPod> {
+    const uid = `00000000-demo-4000-8000-${String(this.pods.length + 1).padStart(12, '0')}`;
+    const sandboxId = await containerd.runPodSandbox({ name, namespace, uid });
+    const info = await containerd.sandboxInfo(sandboxId);
+    const handle = this.addon.openNetns(info.netnsPath);
+    const app = await EchoApp.start(this.addon, handle, { label: name });
+    const pod: DemoPod = { name, uid, ip: info.ip, netnsName: '', netnsPath: info.netnsPath, handle, sandboxId, app };
+    this.pods.push(pod);
+    this.standIn?.setDnsRecord(`${name}.demo`, info.ip);
     return pod;
   }
 
@@ -281,15 +344,24 @@ export class DemoEnvironment {
   /** CNI DEL for one pod (our plugin tells the agent; the agent tells ztunnel). */
   async deletePod(pod: DemoPod): Promise<void> {
     await pod.app.close();
-    await this.#cni().del(pod.cni);
-    pod.handle.close();
-    this.#deleteNamespace(pod.netnsName);
+    if (pod.sandboxId && this.#containerd) {
+      // As the kubelet: StopPodSandbox (CNI DEL), then RemovePodSandbox (DEL again, a no-op).
+      pod.handle.close();
+      await this.#containerd.stopPodSandbox(pod.sandboxId);
+      await this.#containerd.removePodSandbox(pod.sandboxId);
+    } else if (pod.cni) {
+      await this.#cni().del(pod.cni);
+      pod.handle.close();
+      this.#deleteNamespace(pod.netnsName);
+    }
     this.pods.splice(this.pods.indexOf(pod), 1);
   }
 
   /** Undoes everything; safe to call twice and after a partial set-up. */
   async tearDown(): Promise<void> {
     for (const pod of [...this.pods]) await this.deletePod(pod).catch((err: unknown) => this.#log(`cleanup ${pod.name}: ${(err as Error).message}`));
+    await this.#containerd?.stop().catch((err: unknown) => this.#log(`cleanup containerd: ${(err as Error).message}`));
+    this.#containerd = undefined;
     await this.standIn?.stop().catch(() => undefined);
     this.standIn = undefined;
     await this.stopAgent('SIGTERM').catch(() => undefined);

@@ -698,6 +698,8 @@ export class ZtunnelStandIn {
   fatalError: string | undefined;
   /** Connections made so far (a reconnect adds one). */
   connectionCount = 0;
+  /** Every ZDS request received, in order (the end-to-end tests count adds and dels). */
+  readonly requests: Array<{ kind: string; uid?: string }> = [];
 
   readonly #addon: NetAddon;
   readonly #raw: RawAddon;
@@ -921,7 +923,10 @@ export class ZtunnelStandIn {
       return readError('Unexpected control message');
     }
     const protocolError = (text: string): Nack => ({ error: `failure to process message : ProtocolError("${text}")`, end: true, fatal: true });
-    switch (requestKind(req)) {
+    const kind = requestKind(req);
+    const uid = (req as Record<string, { uid?: string } | undefined>)[kind]?.uid;
+    this.requests.push(uid === undefined ? { kind } : { kind, uid });
+    switch (kind) {
       case 'keep': {
         if (conn.snapshotReceived) return protocolError('pod keep received after snapshot');
         conn.snapshotNames.add((req as { keep: { uid: string } }).keep.uid);

@@ -66,6 +66,9 @@ export interface MeshControllerDeps {
   netnsRoot: string;
   /** The node's namespace when it is not the agent's own: never accepted as a pod's (istio#55139). */
   hostNetns?: NetnsIdentity;
+  /** --netns-dirs and --proc-dir, for the netns path checks (src/pods/netns-path.ts). */
+  netnsDirs?: readonly string[];
+  procDir?: string;
   /** AMBIENT_RECONCILE_POD_RULES_ON_STARTUP (Helm default true). */
   reconcileRulesOnStartup?: boolean;
   /** How long the CNI path waits for a pod the informer has not seen yet (Istio: 10 x 10 ms). */
@@ -110,7 +113,11 @@ export class MeshController {
 
   constructor(private readonly deps: MeshControllerDeps) {
     this.#log = (deps.log ?? silentLogger).child({ component: 'mesh-controller' });
-    this.#opener = new PodNetnsOpener(deps.addon, deps.netnsRoot, undefined, deps.hostNetns);
+    this.#opener = new PodNetnsOpener(deps.addon, deps.netnsRoot, {
+      extraDirs: deps.netnsDirs,
+      procDir: deps.procDir,
+      ...(deps.hostNetns ? { host: deps.hostNetns } : {}),
+    });
     this.queue = new RetryQueue({ log: this.#log });
   }
 

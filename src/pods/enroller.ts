@@ -30,6 +30,9 @@ export interface EnrollerDeps {
   registry: PodRegistry;
   store: PodStateStore;
   netnsRoot: string;
+  /** --netns-dirs and --proc-dir, for the netns path checks (src/pods/netns-path.ts). */
+  netnsDirs?: readonly string[];
+  procDir?: string;
   excludeNamespaces: readonly string[];
   /** Standalone mode has no service accounts to read; Kubernetes mode passes the real one. */
   serviceAccountOf?: (pod: CniPod) => string;
@@ -55,7 +58,7 @@ export class PodEnroller {
 
   constructor(private readonly deps: EnrollerDeps) {
     this.#log = (deps.log ?? silentLogger).child({ component: 'enroller' });
-    this.#opener = new PodNetnsOpener(deps.addon, deps.netnsRoot);
+    this.#opener = new PodNetnsOpener(deps.addon, deps.netnsRoot, { extraDirs: deps.netnsDirs, procDir: deps.procDir });
   }
 
   isExcluded(namespace: string): boolean {
@@ -106,10 +109,14 @@ export class PodEnroller {
 
   /**
    * Takes the pod out: in-pod rules (when its netns still exists), ztunnel, the state file.
-   * Never fails because the pod is already gone.
+   * Never fails because the pod is already gone; a pod that is not enrolled is a quiet no-op.
    */
   remove(uid: string): Promise<void> {
     return this.#queue.run(uid, async () => {
+      if (!this.deps.registry.has(uid) && this.deps.store.get(uid) === undefined) {
+        // Runtimes repeat DEL (containerd: StopPodSandbox, then RemovePodSandbox): nothing to do.
+        return this.#log.debug({ uid }, 'DEL for a pod that is not enrolled; nothing to do');
+      }
       const netns = this.deps.registry.netnsOf(uid);
       if (netns && !netns.closed) {
         await this.deps.rules.remove(netns).catch((err: unknown) =>

@@ -1,17 +1,35 @@
 // Opening a pod's netns from the path the container runtime gave (CNI_NETNS). The path is input
-// that ends up in setns(), so only the places runtimes really use are accepted, under the
-// agent's --netns-root: `/var/run/netns/<name>`, `/run/netns/<name>` (containerd, CRI-O) and
-// `/proc/<pid>/ns/net` (cri-dockerd). Refused: anything else (`..`, relative, other
-// directories), a symlink where the runtime puts a bind-mounted nsfs file, a file that is not a
-// network namespace (the addon checks NS_GET_NSTYPE), and the agent's own namespace, which is
-// the host's (the DaemonSet runs with hostNetwork): redirecting it would capture the node.
-import { lstatSync, statSync } from 'node:fs';
+// that ends up in setns(), so only the places runtimes really use are accepted (each path is
+// `<dir>/<name>` with <dir> below, or `/proc/<pid>/ns/net`), plus the directories the operator
+// adds with --netns-dirs, all opened under the agent's --netns-root. Refused: anything else (`..`,
+// relative, other directories), a path whose directory resolves outside --netns-root (a symlinked
+// directory), a symlink where the runtime puts a bind-mounted nsfs file, a file that is not a
+// network namespace (the addon checks NS_GET_NSTYPE), the agent's own namespace and the host's
+// (`<proc-dir>/1/ns/net`): redirecting either would capture the node.
+import { lstatSync, realpathSync, statSync } from 'node:fs';
 import { posix } from 'node:path';
 import { hasErrorCode } from '../addon/errors.js';
 import { netnsPathProblem } from '../cni/fields.js';
 import type { NetAddon, NetnsHandle, NetnsIdentity } from '../addon/net-addon.js';
 
-const RUNTIME_NETNS_DIRS = ['/var/run/netns/', '/run/netns/'];
+/** containerd's CRI plugin keeps pod netns here, under its state dir, with `netns_mounts_under_state_dir = true`. */
+const CRI_STATE_NETNS = 'io.containerd.grpc.v1.cri/netns';
+
+/** Where the runtimes Istio ambient runs on create pod network namespaces. */
+export const RUNTIME_NETNS_DIRS: readonly string[] = [
+  // containerd (default), CRI-O, k3s, RKE2, microk8s: `ip netns`-style bind mounts.
+  '/var/run/netns',
+  '/run/netns',
+  // Docker's libnetwork sandboxes (cri-dockerd's docker networking, minikube's docker driver).
+  '/var/run/docker/netns',
+  '/run/docker/netns',
+  // containerd with `netns_mounts_under_state_dir = true`: <state>/io.containerd.grpc.v1.cri/netns,
+  // for the state dirs of stock containerd, k3s and RKE2 (shared), and microk8s.
+  `/run/containerd/${CRI_STATE_NETNS}`,
+  `/var/run/containerd/${CRI_STATE_NETNS}`,
+  `/run/k3s/containerd/${CRI_STATE_NETNS}`,
+  `/var/snap/microk8s/common/run/containerd/${CRI_STATE_NETNS}`,
+];
 const PROC_NETNS = /^\/proc\/[1-9][0-9]{0,9}\/ns\/net$/;
 
 /** The netns path is not one the agent will open (never retried: the same path fails again). */
@@ -19,17 +37,30 @@ export class NetnsPathError extends Error {
   readonly code = 'EBADNETNS';
 }
 
+/** Why `dir` cannot be an extra netns directory (--netns-dirs), or undefined. */
+export function netnsDirProblem(dir: string): string | undefined {
+  const problem = netnsPathProblem(dir);
+  if (problem) return problem;
+  if (posix.normalize(dir) !== dir || dir.endsWith('/')) return 'not a normalized path (., .., //, trailing /)';
+  if (dir === '/proc' || dir.startsWith('/proc/') || dir === '/sys' || dir.startsWith('/sys/')) return 'a kernel filesystem, not a runtime netns directory';
+  return undefined;
+}
+
+function inDirectory(path: string, dir: string): boolean {
+  return path.startsWith(`${dir}/`) && !path.slice(dir.length + 1).includes('/');
+}
+
 /** Lexical checks of CNI_NETNS; returns the path to open under `netnsRoot`. */
-export function podNetnsLocation(netnsRoot: string, runtimePath: string): string {
+export function podNetnsLocation(netnsRoot: string, runtimePath: string, extraDirs: readonly string[] = []): string {
   const refuse = (why: string): never => {
     throw new NetnsPathError(`refusing netns path ${JSON.stringify(runtimePath.slice(0, 200))}: ${why}`);
   };
   const problem = netnsPathProblem(runtimePath); // absolute, no NUL, PATH_MAX, no ".."
   if (problem) refuse(problem);
   if (posix.normalize(runtimePath) !== runtimePath || runtimePath.endsWith('/')) refuse('not a normalized path (., .., //)');
-  const inRuntimeDir = RUNTIME_NETNS_DIRS.some((dir) => runtimePath.startsWith(dir) && !runtimePath.slice(dir.length).includes('/'));
-  if (!inRuntimeDir && !PROC_NETNS.test(runtimePath)) {
-    refuse(`outside the runtime netns locations (${RUNTIME_NETNS_DIRS.map((d) => `${d}<name>`).join(', ')}, /proc/<pid>/ns/net)`);
+  const dirs = [...RUNTIME_NETNS_DIRS, ...extraDirs];
+  if (!dirs.some((dir) => inDirectory(runtimePath, dir)) && !PROC_NETNS.test(runtimePath)) {
+    refuse(`outside the runtime netns locations (${dirs.map((d) => `${d}/<name>`).join(', ')}, /proc/<pid>/ns/net; add a directory with --netns-dirs)`);
   }
   return netnsRoot ? posix.join(netnsRoot, runtimePath) : runtimePath;
 }
@@ -40,31 +71,45 @@ export function ownNetns(path = '/proc/self/ns/net'): NetnsIdentity | undefined 
     const st = statSync(path);
     return { ino: st.ino, dev: st.dev };
   } catch {
-    return undefined;
+    return undefined; // PID 1's netns may be unreadable (then only the agent's own is refused)
   }
 }
 
-export class PodNetnsOpener {
-  readonly #own: NetnsIdentity | undefined;
-  readonly #host: NetnsIdentity | undefined;
+export interface PodNetnsOpenerOptions {
+  /** --netns-dirs: directories accepted besides RUNTIME_NETNS_DIRS. */
+  extraDirs?: readonly string[];
+  /** --proc-dir: the host's netns is `<procDir>/1/ns/net`. */
+  procDir?: string;
+  /** The agent's own netns (tests); found in /proc/self by default. */
+  own?: NetnsIdentity | undefined;
+  /** The node's namespace when it is not the agent's own (ALLOW_SWITCH_TO_HOST_NS). */
+  host?: NetnsIdentity;
+}
 
-  /** `host`: the node's namespace when it is not the agent's own (ALLOW_SWITCH_TO_HOST_NS). */
+export class PodNetnsOpener {
+  readonly #refused: Array<{ id: NetnsIdentity; what: string }> = [];
+  readonly #extraDirs: readonly string[];
+  readonly #root: string | undefined;
+
   constructor(
     private readonly addon: NetAddon,
     private readonly netnsRoot: string,
-    own: NetnsIdentity | undefined = ownNetns(),
-    host?: NetnsIdentity,
+    options: PodNetnsOpenerOptions = {},
   ) {
-    this.#own = own;
-    this.#host = host;
+    this.#extraDirs = options.extraDirs ?? [];
+    const own = 'own' in options ? options.own : ownNetns();
+    if (own) this.#refused.push({ id: own, what: "the agent's own (the host's) network namespace" });
+    const host = options.procDir ? ownNetns(posix.join(options.procDir, '1/ns/net')) : undefined;
+    if (host) this.#refused.push({ id: host, what: "the host's network namespace (PID 1's)" });
+    // The namespace the agent switched to for its host side (ALLOW_SWITCH_TO_HOST_NS, istio#55139).
+    if (options.host) this.#refused.push({ id: options.host, what: "the node's (host) network namespace" });
+    this.#root = netnsRoot && netnsRoot !== '/' ? realDirectory(netnsRoot) : undefined;
   }
 
   /** Opens the pod netns or throws NetnsPathError / the addon's ENOENT or EINVAL error. */
   open(runtimePath: string): NetnsHandle {
-    const path = podNetnsLocation(this.netnsRoot, runtimePath);
-    if (!PROC_NETNS.test(runtimePath) && isSymlink(path)) {
-      throw new NetnsPathError(`refusing netns path ${path}: a symlink (runtimes bind-mount the namespace there)`);
-    }
+    const path = podNetnsLocation(this.netnsRoot, runtimePath, this.#extraDirs);
+    if (!PROC_NETNS.test(runtimePath)) this.#checkBindMountFile(path);
     let handle: NetnsHandle;
     try {
       handle = this.addon.openNetns(path);
@@ -72,15 +117,30 @@ export class PodNetnsOpener {
       if (hasErrorCode(err, 'ENOENT')) throw new Error(`pod netns ${path} does not exist (the sandbox is gone?)`, { cause: err });
       throw err;
     }
-    if (this.#own && handle.ino === this.#own.ino && handle.dev === this.#own.dev) {
+    const refused = this.#refused.find(({ id }) => handle.ino === id.ino && handle.dev === id.dev);
+    if (refused) {
       handle.close();
-      throw new NetnsPathError(`refusing netns path ${path}: it is the agent's own (the host's) network namespace`);
-    }
-    if (this.#host && handle.ino === this.#host.ino && handle.dev === this.#host.dev) {
-      handle.close();
-      throw new NetnsPathError(`refusing netns path ${path}: it is the node's (host) network namespace`);
+      throw new NetnsPathError(`refusing netns path ${path}: it is ${refused.what}`);
     }
     return handle;
+  }
+
+  /** Runtimes bind-mount the nsfs file into a real directory under the root: no symlink on the way out. */
+  #checkBindMountFile(path: string): void {
+    if (isSymlink(path)) throw new NetnsPathError(`refusing netns path ${path}: a symlink (runtimes bind-mount the namespace there)`);
+    if (this.#root === undefined) return;
+    const dir = realDirectory(posix.dirname(path));
+    if (dir !== undefined && dir !== this.#root && !dir.startsWith(`${this.#root}/`)) {
+      throw new NetnsPathError(`refusing netns path ${path}: its directory resolves to ${dir}, outside --netns-root ${this.netnsRoot}`);
+    }
+  }
+}
+
+function realDirectory(path: string): string | undefined {
+  try {
+    return realpathSync(path);
+  } catch {
+    return undefined; // missing: the open reports it
   }
 }
 

@@ -3,7 +3,10 @@
 // listeners before it acks). Istio runs them one after the other; neither depends on the other,
 // and nothing in the pod runs until the CNI ADD returns, so the order is not observable: ztunnel
 // sees the same messages, and the pod's first packet meets both. The ADD waits for both.
-import type { NetnsHandle } from '../addon/net-addon.js';
+// Both need the pod's lo up, which the runtime may not have done yet (containerd does it
+// concurrently with the CNI chain): ztunnel binds 127.0.0.1:15053 as soon as it has the add.
+import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
+import { LOOPBACK_UP_STEP } from '../rules/loopback.js';
 import type { InpodRuleManager, RulesStamp } from '../rules/manager.js';
 import type { PodOverrides } from '../rules/settings.js';
 import type { PodIdentity, PodRegistry } from '../zds/registry.js';
@@ -19,6 +22,7 @@ export interface OnboardResult {
 }
 
 export interface OnboardDeps {
+  addon: NetAddon;
   rules: InpodRuleManager;
   registry: PodRegistry;
 }
@@ -37,8 +41,12 @@ export async function onboardPod(deps: OnboardDeps, pod: PodIdentity, netns: Net
   const handle = deps.registry.register(pod, netns);
   if (!handle) throw new Error(`pod ${pod.uid}: no netns to enrol`);
   const start = process.hrtime.bigint();
-  // ztunnel's half is the longer one (it enters the netns and binds four listeners): send first.
-  const announced = deps.registry.announce(pod.uid).then(() => msSince(start));
+  // ztunnel's half is the longer one (it enters the netns and binds four listeners): start it
+  // first, with lo up before ztunnel is told (the rules' visit starts with the same idempotent step).
+  const announced = deps.addon
+    .run(handle, [LOOPBACK_UP_STEP])
+    .then(() => deps.registry.announce(pod.uid))
+    .then(() => msSince(start));
   const applied = deps.rules.apply(handle, overrides).then((stamp) => ({ ms: msSince(start), stamp }));
   const [rules, zds] = await Promise.allSettled([applied, announced]);
   if (rules.status === 'rejected') {

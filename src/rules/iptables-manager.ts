@@ -7,6 +7,7 @@ import { driftReport, mergeDrift, type DriftItem, type DriftReport } from './dri
 import { wrapRuleError, type InpodRuleManager } from './manager.js';
 import { buildInpodModel } from './model.js';
 import { inpodIptablesDeleteCommands, renderInpodIptables } from './iptables.js';
+import { LOOPBACK_UP_STEP } from './loopback.js';
 import { routingApplySteps, routingDeleteSteps, routingDrift, routingListSteps, routingStates } from './routing.js';
 import type { PodOverrides, RuleSettings } from './settings.js';
 
@@ -84,6 +85,7 @@ export class IptablesInpodRules implements InpodRuleManager {
       const saved = (await this.addon.run(ns, saveSteps(this.settings.ipv6))) as ExecResult[];
       if (saved.some((s) => countAgentRules(s.stdout).size > 0)) await this.#deleteRules(ns);
       const steps: Step[] = [
+        LOOPBACK_UP_STEP,
         ...routingApplySteps(this.settings.ipv6),
         restoreStep('iptables-restore', inputs.v4),
         ...(inputs.v6 ? [restoreStep('ip6tables-restore', inputs.v6)] : []),

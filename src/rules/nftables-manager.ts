@@ -8,6 +8,7 @@ import { wrapRuleError } from './manager.js';
 import { buildInpodModel } from './model.js';
 import { parseNftListing } from './nft-listing.js';
 import { inpodNftablesDeleteStep, renderInpodNftables } from './nftables.js';
+import { LOOPBACK_UP_STEP } from './loopback.js';
 import { routingApplySteps, routingDeleteSteps, routingDrift, routingListSteps, routingStates } from './routing.js';
 import { NO_OVERRIDES, type PodOverrides, type RuleSettings } from './settings.js';
 
@@ -45,7 +46,8 @@ export class NftablesInpodRules implements InpodRuleManager {
    */
   apply(ns: NetnsHandle, overrides: PodOverrides): Promise<RulesStamp | undefined> {
     return wrapRuleError('apply', ns, this.backend, async () => {
-      const [before, , after] = await this.addon.run(ns, [
+      const [, before, , after] = await this.addon.run(ns, [
+        LOOPBACK_UP_STEP,
         GENERATION,
         { op: 'nft', script: this.script(overrides) },
         GENERATION,

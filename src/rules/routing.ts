@@ -18,7 +18,11 @@ export function localRoute(family: Family): LocalRouteSpec {
   return { family, table: ROUTE_TABLE_INBOUND, dev: LOOPBACK_INTERFACE };
 }
 
-/** Istio's nftables path adds the route, then the rule; the IPv6 route only if lo has IPv6. */
+/**
+ * Istio's nftables path adds the route, then the rule; the IPv6 route unless IPv6 is disabled on
+ * lo (Istio's disable_ipv6 test). Runs after LOOPBACK_UP_STEP: the kernel refuses the IPv6 route
+ * while lo is down.
+ */
 export function routingApplySteps(ipv6: boolean): Step[] {
   return families(ipv6).flatMap((family): Step[] => [
     { op: 'replaceLocalRoute', ...localRoute(family), skipWithoutIpv6: family === 6 },
@@ -38,7 +42,7 @@ export interface RoutingState {
   family: Family;
   rules: FwmarkRuleEntry[];
   routes: RouteEntry[];
-  /** Whether the route is expected at all (IPv6 needs an IPv6 address on lo). */
+  /** Whether the route is expected at all (IPv6 needs IPv6 enabled on lo). */
   routeExpected: boolean;
 }
 

@@ -17,7 +17,10 @@ export interface FakeNamespace {
   listing: string;
   rules: FwmarkRuleEntry[];
   routes: RouteEntry[];
-  loHasIpv6: boolean;
+  /** The pod's lo is up (runtimes race the CNI chain to bring it up). */
+  loUp: boolean;
+  /** IPv6 enabled on lo (net.ipv6.conf.lo.disable_ipv6 == 0). */
+  loIpv6Enabled: boolean;
   /** Interface addresses (for the /proc scan's ownership check). */
   addresses: Array<{ family: 4 | 6; address: string; prefixLen: number; dev: string }>;
   /** Canned results for exec steps, by argv[0]. */
@@ -34,7 +37,7 @@ export interface RecordedRun {
 type Failure = (step: Step, target: string) => Error | undefined;
 
 function newNamespace(ino: number): FakeNamespace {
-  return { ino, nftScripts: [], nftGeneration: 1, listing: '', rules: [], routes: [], loHasIpv6: true, addresses: [], exec: new Map(), ipsets: new Map() };
+  return { ino, nftScripts: [], nftGeneration: 1, listing: '', rules: [], routes: [], loUp: true, loIpv6Enabled: true, addresses: [], exec: new Map(), ipsets: new Map() };
 }
 
 export class FakeNetAddon implements NetAddon {
@@ -44,6 +47,8 @@ export class FakeNetAddon implements NetAddon {
   /** The namespace used for 'fresh' targets; its listing is what canonicalisation sees. */
   readonly fresh: FakeNamespace = newNamespace(1);
   failOn: Failure = () => undefined;
+  /** Each run waits this long before its steps take effect (an addon thread still busy). */
+  runDelayMs = 0;
   openFds = 0;
   #nextIno = 4026532000;
   #nextFd = 100;
@@ -82,6 +87,7 @@ export class FakeNetAddon implements NetAddon {
     if (target !== 'fresh' && target.closed) throw new Error(`netns ${target.path} is already closed`);
     const ns = target === 'fresh' ? { ...this.fresh, nftScripts: [] } : this.namespaces.get(name);
     if (!ns) throw Object.assign(systemError('ENOENT', -2, 'setns', 'ENOENT: netns vanished, setns'), { step: -1 });
+    if (this.runDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.runDelayMs));
     return steps.map((step, i) => {
       const failure = this.failOn(step, name);
       if (failure) throw Object.assign(failure, { step: i, op: step.op });
@@ -127,7 +133,9 @@ export class FakeNetAddon implements NetAddon {
         return { op: step.op, changed: ns.rules.length !== before, skipped: false };
       }
       case 'replaceLocalRoute': {
-        if (step.skipWithoutIpv6 && !ns.loHasIpv6) return { op: step.op, changed: false, skipped: true };
+        if (step.skipWithoutIpv6 && !ns.loIpv6Enabled) return { op: step.op, changed: false, skipped: true };
+        // As the kernel: an IPv6 route needs its device up (IPv4 host-scope routes do not).
+        if (step.family === 6 && !ns.loUp) throw systemError('ENETDOWN', -100, 'RTM_NEWROUTE', 'ENETDOWN: network is down, RTM_NEWROUTE');
         ns.routes = ns.routes.filter((r) => r.family !== step.family || r.table !== step.table);
         ns.routes.push({ family: step.family, dst: step.family === 6 ? '::' : '0.0.0.0', dstLen: 0, type: 2, dev: step.dev, table: step.table });
         return { op: step.op, changed: true, skipped: false };
@@ -142,7 +150,12 @@ export class FakeNetAddon implements NetAddon {
       case 'listRoutes':
         return { op: step.op, routes: ns.routes.filter((r) => r.family === step.family && r.table === step.table) };
       case 'deviceHasIpv6':
-        return { op: step.op, hasIpv6: ns.loHasIpv6 };
+        return { op: step.op, hasIpv6: ns.loIpv6Enabled };
+      case 'setLinkUp': {
+        const changed = !ns.loUp;
+        ns.loUp = true;
+        return { op: step.op, changed, skipped: false };
+      }
       case 'listAddresses':
         return { op: step.op, addresses: ns.addresses };
       case 'socket':

@@ -33,9 +33,9 @@ export async function waitUntil(predicate: () => boolean | Promise<boolean>, ms:
   }
 }
 
-/** DemoEnvironment's node namespace (it names it `anademo<pid>-node`; bench/node-support.ts does the same). */
-export function demoNodeNetnsPath(): string {
-  return `/var/run/netns/anademo${process.pid}-node`;
+/** DemoEnvironment's node namespace file. */
+export function demoNodeNetnsPath(env: DemoEnvironment): string {
+  return env.nodeNetnsPath;
 }
 
 export interface FaultPod {
@@ -90,7 +90,7 @@ export class CniDriverRun {
   #waiters = new Set<() => void>();
 
   constructor(env: DemoEnvironment, jobs: DriverJob[]) {
-    const input = { distDir: DIST, nodeNetns: demoNodeNetnsPath(), pluginDirs: [env.binDir, CNI_PLUGIN_DIR], conflist: env.chainedConfig(), jobs };
+    const input = { distDir: DIST, nodeNetns: demoNodeNetnsPath(env), pluginDirs: [env.binDir, CNI_PLUGIN_DIR], conflist: env.chainedConfig(), jobs };
     const child = spawn(process.execPath, [DRIVER], { stdio: ['pipe', 'pipe', 'pipe'] });
     let buffered = '';
     let stderr = '';

@@ -3,6 +3,7 @@
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent } from '../../src/agent/agent.js';
 import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
@@ -35,6 +36,7 @@ describe('standalone agent', () => {
   let addon: FakeNetAddon;
   let agent: Agent;
   let pods: Record<string, FakeNamespace>;
+  let logs: Array<{ level: number; msg: string; uid?: string }>;
   const clients: FakeZtunnel[] = [];
   const sock = (): string => join(config.runDir, 'pluginevent.sock');
 
@@ -55,7 +57,9 @@ describe('standalone agent', () => {
     addon.fresh.listing = listing;
     pods = {};
     for (const name of ['web', 'db', 'api', 'sys']) pods[name] = addon.addNetns(`/host/var/run/netns/${name}`);
-    agent = new Agent(config, { addon });
+    logs = [];
+    const log = pino({ level: 'debug', base: undefined }, { write: (line: string) => void logs.push(JSON.parse(line) as (typeof logs)[number]) });
+    agent = new Agent(config, { addon, log });
     await agent.start();
   });
 
@@ -96,6 +100,20 @@ describe('standalone agent', () => {
     expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:uid-db', 'snapshotSent:']);
     const metrics = await agent.metrics.registry.getSingleMetricAsString('ambient_node_agent_ztunnel_waits_total');
     expect(metrics).toContain('ambient_node_agent_ztunnel_waits_total{result="enrolled"} 1');
+  });
+
+  it("brings a down pod lo up before ztunnel hears of the pod (it binds 127.0.0.1:15053 there at once)", async () => {
+    const web = pods['web']!;
+    web.loUp = false; // containerd's own loopback setup has not run yet
+    addon.runDelayMs = 30; // the rules' netns visit is still on its way when the ZDS add could go
+    const z = await FakeZtunnel.connect(config.zdsSocket, {
+      ackError: (req) => ('add' in req && !web.loUp ? "failure to start proxy : EADDRNOTAVAIL: Cannot assign requested address, bind '127.0.0.1:15053'" : undefined),
+    });
+    clients.push(z);
+    await z.waitFor(() => z.snapshotSent);
+    expect(await postUnix(sock(), '/cmdadd', addEvent('web'))).toEqual({ status: 200, body: '' });
+    expect(z.messages.filter((m) => m.kind === 'add').map((m) => m.ack)).toEqual(['']);
+    expect(web.routes.map((r) => r.family)).toEqual([4]); // --ipv6 false here; the IPv6 case: rules-manager tests
   });
 
   it('answers 500 naming ztunnel when none comes within the wait, and the pod goes out with the next snapshot', async () => {
@@ -148,6 +166,22 @@ describe('standalone agent', () => {
     expect(z.messages.at(-1)).toMatchObject({ kind: 'del', uid: 'uid-web' });
     expect((await postUnix(sock(), '/cmddel', del)).status).toBe(200);
     expect(addon.openFds).toBe(0);
+  });
+
+  it('a repeated DEL (containerd: StopPodSandbox, then RemovePodSandbox) is a quiet no-op: no ztunnel del, no "pod removed" log', async () => {
+    const z = await ztunnel();
+    await postUnix(sock(), '/cmdadd', addEvent('web'));
+    const del = { Netns: '/var/run/netns/web', PodName: 'web', PodNamespace: 'shop', PodUID: 'uid-web' };
+    expect((await postUnix(sock(), '/cmddel', del)).status).toBe(200);
+    const scriptsAfterFirst = pods['web']!.nftScripts.length;
+    const messagesAfterFirst = z.messages.length;
+    expect((await postUnix(sock(), '/cmddel', { ...del, Netns: '' })).status).toBe(200);
+    expect((await postUnix(sock(), '/cmddel', { ...del, PodUID: 'uid-never-added' })).status).toBe(200);
+    expect(z.messages).toHaveLength(messagesAfterFirst);
+    expect(pods['web']!.nftScripts).toHaveLength(scriptsAfterFirst);
+    expect(logs.filter((l) => l.msg === 'pod removed').map((l) => l.uid)).toEqual(['uid-web']);
+    const quiet = logs.filter((l) => l.msg === 'DEL for a pod that is not enrolled; nothing to do');
+    expect(quiet.map((l) => [l.uid, l.level])).toEqual([['uid-web', 20], ['uid-never-added', 20]]);
   });
 
   it('CHECK reports drift in an enrolled pod', async () => {

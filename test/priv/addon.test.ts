@@ -110,6 +110,30 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
     expect(execIn(pod.name, ['ip', 'rule'])).not.toContain('0x222');
   });
 
+  it('brings a device up idempotently, and tells IPv6 enabled (disable_ipv6) apart from "has an address"', async () => {
+    const fresh = createNetns('link');
+    execIn(fresh.name, ['ip', 'link', 'set', 'lo', 'down']);
+    const ns = addon.openNetns(fresh.path);
+    try {
+      // lo down: no IPv6 address, yet IPv6 is enabled on it.
+      const [before, up, again, after] = await addon.run(ns, [
+        { op: 'deviceHasIpv6', dev: 'lo' },
+        { op: 'setLinkUp', dev: 'lo' },
+        { op: 'setLinkUp', dev: 'lo' },
+        { op: 'listAddresses' },
+      ] as const);
+      expect(before.hasIpv6).toBe(true);
+      expect([up.changed, again.changed]).toEqual([true, false]);
+      expect(after.addresses).toContainEqual({ family: 4, address: '127.0.0.1', prefixLen: 8, dev: 'lo' });
+      execIn(fresh.name, ['sysctl', '-q', '-w', 'net.ipv6.conf.lo.disable_ipv6=1']);
+      const [disabled] = await addon.run(ns, [{ op: 'deviceHasIpv6', dev: 'lo' }] as const);
+      expect(disabled.hasIpv6).toBe(false);
+      await expect(addon.run(ns, [{ op: 'setLinkUp', dev: 'nosuchdev0' }])).rejects.toMatchObject({ code: 'ENODEV', op: 'setLinkUp', step: 0 });
+    } finally {
+      ns.close();
+    }
+  });
+
   it('lists the interface addresses of the namespace', async () => {
     const [listed] = await addon.run(handle, [{ op: 'listAddresses' }] as const);
     expect(listed.addresses).toContainEqual({ family: 4, address: '127.0.0.1', prefixLen: 8, dev: 'lo' });

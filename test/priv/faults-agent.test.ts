@@ -202,7 +202,7 @@ describe.skipIf(skip)(`ztunnel misbehaving, netns vanishing, DEL during ADD${rea
   beforeAll(async () => {
     env = new DemoEnvironment({ subnet: 94, podNames: [] });
     await env.setUp();
-    node = env.addon.openNetns(demoNodeNetnsPath());
+    node = env.addon.openNetns(demoNodeNetnsPath(env));
     runtime = cniRuntime(env, env.addon, node);
     // Three enrolled pods, so every ztunnel connection gets a snapshot with entries.
     for (let i = 0; i < 3; i++) await runtime.add(newPod('base').cni);

@@ -39,7 +39,7 @@ describe.skipIf(skip)(`installer faults with the agent running${skip ? ` — ski
   beforeAll(async () => {
     env = new DemoEnvironment({ subnet: 95, podNames: [] });
     await env.setUp();
-    node = env.addon.openNetns(demoNodeNetnsPath());
+    node = env.addon.openNetns(demoNodeNetnsPath(env));
     // Let the installer's own check after start-up pass: a write racing it is another test (below).
     await new Promise((r) => setTimeout(r, 400));
   }, 60_000);

@@ -96,7 +96,7 @@ describe.skipIf(skip)(`damaged pod registry and a full disk${skip ? ` — skippe
     mounted = true;
     process.once('exit', umountOnExit);
     await env.setUp();
-    node = env.addon.openNetns(demoNodeNetnsPath());
+    node = env.addon.openNetns(demoNodeNetnsPath(env));
     runtime = cniRuntime(env, env.addon, node);
   }, 60_000);
 

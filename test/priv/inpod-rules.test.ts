@@ -1,6 +1,6 @@
 // In-pod redirection applied in-process in real namespaces: what the kernel holds afterwards
 // must equal what `nft -f <Istio's golden file>` produces, and delete must undo exactly that.
-import { readFileSync } from 'node:fs';
+import { closeSync, readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { currentThreadNetns, NativeNetAddon, openFdCount } from '../../src/addon/net-addon.js';
 import { main } from '../../src/cli/main.js';
@@ -168,6 +168,31 @@ describe.skipIf(skip)(`in-pod rules in real namespaces${skip ? ` — skipped: ${
       deleteNetns(pod);
     }
   });
+
+  for (const backend of ['nftables', 'iptables'] as const) {
+    it(`${backend}: a pod whose lo is still down (the runtime lost the race) gets lo up, the IPv6 route, and 127.0.0.1:15053 bindable`, async () => {
+      const settings = defaultRuleSettings({ ipv6: true });
+      const manager = backend === 'nftables' ? new NftablesInpodRules(addon, settings) : new IptablesInpodRules(addon, settings);
+      const pod = createNetns('lodown');
+      execIn(pod.name, ['ip', 'link', 'set', 'lo', 'down']);
+      const ns = addon.openNetns(pod.path);
+      try {
+        await manager.apply(ns, NO_OVERRIDES);
+        expect(execIn(pod.name, ['ip', '-o', 'link', 'show', 'lo'])).toMatch(/<LOOPBACK,UP,LOWER_UP>/);
+        expect(execIn(pod.name, ['ip', '-6', 'route', 'show', 'table', '100'])).toMatch(/^local default dev lo /m);
+        expect(execIn(pod.name, ['ip', '-4', 'route', 'show', 'table', '100'])).toMatch(/^local default dev lo /m);
+        expect((await manager.verify(ns, NO_OVERRIDES)).missing).toEqual([]);
+        // What ztunnel does next in the pod: DNS on 127.0.0.1:15053 (refused while lo is down).
+        const [dns] = await addon.run(ns, [{ op: 'socket', family: 4, type: 'udp', bindAddress: '127.0.0.1', bindPort: 15053 }]);
+        closeSync(dns.fd);
+        await manager.apply(ns, NO_OVERRIDES); // lo already up: the step changes nothing
+        expect(execIn(pod.name, ['ip', '-6', 'route', 'show', 'table', '100']).trim().split('\n')).toHaveLength(1);
+      } finally {
+        ns.close();
+        deleteNetns(pod);
+      }
+    });
+  }
 
   it('keeps working on a handle whose namespace path was deleted, and fails cleanly on a missing path', async () => {
     const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));

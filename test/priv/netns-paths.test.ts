@@ -67,6 +67,40 @@ describe.skipIf(skip)(`pod netns paths (real files)${skip ? ` — skipped: ${ski
     expect(() => new PodNetnsOpener(addon, '').open(`/proc/${process.pid}/ns/net`)).toThrow(/agent's own \(the host's\) network namespace/);
   });
 
+  it("opens a netns bind-mounted under containerd's state dir (netns_mounts_under_state_dir), under --netns-root", () => {
+    const dir = join(root, 'run', 'containerd', 'io.containerd.grpc.v1.cri', 'netns');
+    mkdirSync(dir, { recursive: true });
+    const file = join(dir, 'cni-state');
+    writeFileSync(file, '');
+    execFileSync('mount', ['--bind', pod.path, file]);
+    try {
+      const handle = new PodNetnsOpener(addon, root).open('/run/containerd/io.containerd.grpc.v1.cri/netns/cni-state');
+      expect(handle.ino).toBe(statSync(pod.path).ino);
+      handle.close();
+    } finally {
+      execFileSync('umount', [file]);
+    }
+  });
+
+  it('refuses a path whose directory is a symlink leading out of --netns-root', () => {
+    mkdirSync(join(root, 'var', 'run', 'docker'), { recursive: true });
+    symlinkSync('/var/run/netns', join(root, 'var', 'run', 'docker', 'netns')); // absolute: resolves outside the root
+    const name = pod.path.split('/').at(-1)!;
+    expect(() => new PodNetnsOpener(addon, root).open(`/var/run/docker/netns/${name}`)).toThrow(/its directory resolves to \/(var\/)?run\/netns, outside --netns-root/);
+  });
+
+  it("refuses the host's namespace (<proc-dir>/1/ns/net) even when the agent runs elsewhere", () => {
+    const proc = join(root, 'proc');
+    mkdirSync(join(proc, '1', 'ns'), { recursive: true });
+    writeFileSync(join(proc, '1', 'ns', 'net'), '');
+    execFileSync('mount', ['--bind', pod.path, join(proc, '1', 'ns', 'net')]); // this test's stand-in for the host
+    try {
+      expect(() => new PodNetnsOpener(addon, '', { procDir: proc }).open(pod.path)).toThrow(/it is the host's network namespace/);
+    } finally {
+      execFileSync('umount', [join(proc, '1', 'ns', 'net')]);
+    }
+  });
+
   it('opens a pod namespace by /proc/<pid>/ns/net (cri-dockerd style)', async () => {
     // `ip netns exec` setns()es, then execs sleep in the same process: its pid is the sleeper's.
     const sleeper = spawn('ip', ['netns', 'exec', pod.name, 'sleep', '30'], { stdio: 'ignore' });

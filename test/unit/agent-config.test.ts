@@ -17,6 +17,7 @@ describe('agent configuration', () => {
       ipv6: true,
       backend: 'nftables',
       netnsRoot: '/host',
+      netnsDirs: [],
       procDir: '/host/proc',
       healthPort: 8000,
       metricsPort: 15014,
@@ -53,6 +54,14 @@ describe('agent configuration', () => {
       '--health-port: expected a port number, got "70000"',
       '--ambient-enabled: only ambient mode is implemented (sidecar-mode CNI is not); it must be true',
     ]);
+  });
+
+  it('takes extra netns directories (NETNS_DIRS, --netns-dirs) and refuses ones that are no directory of netns files', () => {
+    const dirs = '/data/containerd/io.containerd.grpc.v1.cri/netns, /run/custom/netns';
+    expect(loadAgentConfig([], { NETNS_DIRS: dirs }).netnsDirs).toEqual(['/data/containerd/io.containerd.grpc.v1.cri/netns', '/run/custom/netns']);
+    expect(() => loadAgentConfig(['--netns-dirs', '/proc/1/ns,relative,/x/../y'], {})).toThrow(
+      ['--netns-dirs: "/proc/1/ns" a kernel filesystem, not a runtime netns directory', '--netns-dirs: "relative" is not an absolute path', '--netns-dirs: "/x/../y" has a ".." segment'].join('\n'),
+    );
   });
 
   it('rejects unknown flags', () => {

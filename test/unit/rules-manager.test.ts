@@ -27,7 +27,7 @@ describe('NftablesInpodRules', () => {
     const ns = addon.openNetns(POD);
     expect(await manager.apply(ns, NO_OVERRIDES)).toEqual({ nftGeneration: 2 });
     expect(addon.runs).toHaveLength(1);
-    expect(addon.runs[0]!.steps.map((s) => s.op)).toEqual(['nftGeneration', 'nft', 'nftGeneration', 'replaceLocalRoute', 'addFwmarkRule']);
+    expect(addon.runs[0]!.steps.map((s) => s.op)).toEqual(['setLinkUp', 'nftGeneration', 'nft', 'nftGeneration', 'replaceLocalRoute', 'addFwmarkRule']);
     expect(pod.nftScripts).toEqual([golden('default.golden')]);
     expect(pod.rules).toEqual([{ family: 4, mark: 0x111, mask: 0xfff, priority: 32764, table: 100 }]);
     expect(pod.routes).toEqual([expect.objectContaining({ family: 4, dev: 'lo', table: 100, type: 2 })]);
@@ -48,18 +48,33 @@ describe('NftablesInpodRules', () => {
     expect(report.missing.some((d) => d.kind === 'table')).toBe(true);
   });
 
-  it('adds the IPv6 route only when lo has IPv6, and the IPv6 rule always when IPv6 is on', async () => {
+  it('adds the IPv6 route unless IPv6 is disabled on lo, and the IPv6 rule always when IPv6 is on', async () => {
     const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: true }));
-    pod.loHasIpv6 = false;
+    pod.loIpv6Enabled = false;
     await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
     expect(pod.nftScripts[0]).toContain('ip6 daddr != ::1/128');
     expect(pod.rules.map((r) => r.family)).toEqual([4, 6]);
     expect(pod.routes.map((r) => r.family)).toEqual([4]);
-    pod.loHasIpv6 = true;
+    pod.loIpv6Enabled = true;
     await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
     expect(pod.routes.map((r) => r.family).sort()).toEqual([4, 6]);
     expect(pod.rules).toHaveLength(2); // applying twice leaves one copy
   });
+
+  for (const backend of ['nftables', 'iptables'] as const) {
+    it(`${backend}: brings a down lo up first, in the same visit, so the IPv6 route goes in (containerd's loopback race)`, async () => {
+      const manager = backend === 'nftables' ? new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: true })) : new IptablesInpodRules(addon, defaultRuleSettings({ ipv6: true }));
+      pod.loUp = false; // the runtime's own loopback setup has not run yet
+      const ns = addon.openNetns(POD);
+      addon.runs.length = 0;
+      await manager.apply(ns, NO_OVERRIDES);
+      expect(pod.loUp).toBe(true);
+      expect(pod.routes.map((r) => r.family).sort()).toEqual([4, 6]);
+      const applyRun = addon.runs.find((r) => r.steps.some((s) => s.op === 'replaceLocalRoute'));
+      expect(applyRun?.steps[0]).toEqual({ op: 'setLinkUp', dev: 'lo' });
+      expect((await manager.verify(ns, NO_OVERRIDES)).missing.filter((d) => d.kind === 'route')).toEqual([]);
+    });
+  }
 
   it("removes Istio's three tables in one batch (outside libnftables), then the ip rule and route; removing twice succeeds", async () => {
     const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
@@ -146,11 +161,11 @@ describe('IptablesInpodRules', () => {
     pod = addon.addNetns(POD);
   });
 
-  it('checks for leftovers, then adds route and rule before restoring (Istio iptables order)', async () => {
+  it('checks for leftovers, then brings lo up and adds route and rule before restoring (Istio iptables order)', async () => {
     const manager = new IptablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
     await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
-    expect(addon.runs.map((r) => r.steps.map((s) => s.op))).toEqual([['exec'], ['replaceLocalRoute', 'addFwmarkRule', 'exec']]);
-    const restore = addon.runs[1]!.steps[2]!;
+    expect(addon.runs.map((r) => r.steps.map((s) => s.op))).toEqual([['exec'], ['setLinkUp', 'replaceLocalRoute', 'addFwmarkRule', 'exec']]);
+    const restore = addon.runs[1]!.steps[3]!;
     expect(restore).toMatchObject({ op: 'exec', argv: ['iptables-restore', '--noflush', '-v'] });
     expect((restore as { input: string }).input).toBe(manager.restoreInputs(NO_OVERRIDES).v4);
   });
