@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "marked_socket.h"
+#include "netlink_watch.h"
 #include "netns.h"
 #include "rtnl.h"
 #include "spawn.h"
@@ -30,6 +31,7 @@ enum class StepOp {
   kNetnsId,             // report the namespace the step runs in
   kDeleteNftTables,     // delete whole tables with a raw nfnetlink batch (no libnftables lock)
   kNftGeneration,       // the namespace's nftables ruleset generation
+  kNetlinkWatch,        // a netlink socket subscribed to this namespace's changes (netlink_watch.h)
 };
 
 struct Step {
@@ -51,6 +53,7 @@ struct Step {
   std::vector<std::string> env;    // "NAME=value"
   uint8_t nft_family = 0;          // kDeleteNftTables: NFPROTO_*
   std::vector<std::string> tables; // kDeleteNftTables
+  WatchKind watch = WatchKind::kNftables;  // kNetlinkWatch
 };
 
 struct StepResult {
@@ -58,7 +61,7 @@ struct StepResult {
   bool skipped = false;
   bool flag = false;      // kDeviceHasIpv6
   std::string output;     // kNft
-  int fd = -1;            // kSocket
+  int fd = -1;            // kSocket, kNetlinkWatch
   std::vector<FwmarkRule> rules;
   std::vector<RouteEntry> routes;
   std::vector<AddressEntry> addresses;
