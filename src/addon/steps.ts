@@ -55,6 +55,8 @@ export interface NetnsIdStep { op: 'netnsId' }
  */
 /** The namespace's nftables ruleset generation: +1 with every committed transaction. */
 export interface NftGenerationStep { op: 'nftGeneration' }
+/** A netlink socket opened inside the namespace, subscribed to its changes (src/addon/netns-watch.ts). */
+export interface NetlinkWatchStep { op: 'netlinkWatch'; kind: 'nftables' | 'routing' }
 export interface DeleteNftTablesStep { op: 'deleteNftTables'; family: 'inet' | 'ip' | 'ip6'; tables: string[] }
 
 export type Step =
@@ -71,7 +73,8 @@ export type Step =
   | ExecStep
   | NetnsIdStep
   | NftGenerationStep
-  | DeleteNftTablesStep;
+  | DeleteNftTablesStep
+  | NetlinkWatchStep;
 
 export interface NftResult { op: 'nft'; output: string }
 export interface ChangeResult { op: string; changed: boolean; skipped: boolean }
@@ -82,7 +85,7 @@ export interface ListRoutesResult { op: 'listRoutes'; routes: RouteEntry[] }
 export interface DeviceHasIpv6Result { op: 'deviceHasIpv6'; hasIpv6: boolean }
 export interface AddressEntry { family: Family; address: string; prefixLen: number; dev: string }
 export interface ListAddressesResult { op: 'listAddresses'; addresses: AddressEntry[] }
-export interface SocketResult { op: 'socket'; fd: number }
+export interface SocketResult { op: 'socket' | 'netlinkWatch'; fd: number }
 export interface ExecResult { op: 'exec'; exitCode: number; signal: number; stdout: string; stderr: string }
 export interface NetnsIdResult { op: 'netnsId'; ino: number; dev: number }
 export interface NftGenerationResult { op: 'nftGeneration'; generation: number }
@@ -97,7 +100,7 @@ export type ResultOf<S extends Step> = S extends NftStep
         ? DeviceHasIpv6Result
         : S extends ListAddressesStep
           ? ListAddressesResult
-          : S extends SocketStep
+          : S extends SocketStep | NetlinkWatchStep
             ? SocketResult
             : S extends ExecStep
               ? ExecResult

@@ -38,6 +38,8 @@ export interface AgentConfig {
   disableSafeUpgrade: boolean;
   /** AMBIENT_RECONCILE_POD_RULES_ON_STARTUP (Istio's chart sets true). */
   reconcilePodRulesOnStartup: boolean;
+  /** AMBIENT_RECONCILE_ENROLLMENT_INTERVAL: the live reconciler's sweep; 0 turns the sweep off (events stay). */
+  reconcileEnrollmentIntervalMs: number;
   chainedCniPlugin: boolean;
   /** ISTIO_OWNED_CNI_CONFIG: write our own conflist that sorts first instead of editing the primary. */
   istioOwnedCniConfig: boolean;
@@ -82,6 +84,7 @@ export const OPTIONS: readonly Option[] = [
   { flag: 'istio-owned-cni-config', env: 'ISTIO_OWNED_CNI_CONFIG', fallback: 'false', help: 'leave the primary config alone; write our own that sorts first', kind: 'bool' },
   { flag: 'istio-owned-cni-config-filename', env: 'ISTIO_OWNED_CNI_CONFIG_FILENAME', fallback: '', help: 'its name (default 02-istio-cni.conflist)', kind: 'string' },
   { flag: 'reconcile-pod-rules-on-startup', env: 'AMBIENT_RECONCILE_POD_RULES_ON_STARTUP', fallback: 'true', help: 'verify and repair in-pod rules at start', kind: 'bool' },
+  { flag: 'reconcile-enrollment-interval', env: 'AMBIENT_RECONCILE_ENROLLMENT_INTERVAL', fallback: '30s', help: 'sweep verifying every enrolled pod and the host rules (Go duration; 0 = events only)', kind: 'string' },
 ];
 
 export function usage(): string {
@@ -115,6 +118,22 @@ function port(raw: Raw, flag: string, problems: string[]): number {
   const n = Number(raw[flag]);
   if (!Number.isInteger(n) || n < 0 || n > 65535) problems.push(`--${flag}: expected a port number, got ${JSON.stringify(raw[flag])}`);
   return n;
+}
+
+const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
+
+/** A Go duration ("30s", "1m30s", "500ms", "0"), as Istio's env settings take them; milliseconds. */
+export function parseGoDuration(text: string): number | undefined {
+  if (text === '0') return 0;
+  const parts = [...text.matchAll(/(\d+(?:\.\d+)?)(ms|s|m|h)/g)];
+  if (parts.length === 0 || parts.map((p) => p[0]).join('') !== text) return undefined;
+  return Math.round(parts.reduce((ms, p) => ms + Number(p[1]) * (DURATION_UNITS_MS[p[2] ?? ''] ?? 0), 0));
+}
+
+function duration(raw: Raw, flag: string, problems: string[]): number {
+  const ms = parseGoDuration(raw[flag] ?? '');
+  if (ms === undefined) problems.push(`--${flag}: expected a duration such as 30s, 1m or 0, got ${JSON.stringify(raw[flag])}`);
+  return ms ?? 0;
 }
 
 function backendOf(raw: string, problems: string[]): 'nftables' | 'iptables' {
@@ -161,6 +180,7 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
     systemNamespace: get('system-namespace'),
     disableSafeUpgrade: bool(raw, 'disable-safe-upgrade', problems),
     reconcilePodRulesOnStartup: bool(raw, 'reconcile-pod-rules-on-startup', problems),
+    reconcileEnrollmentIntervalMs: duration(raw, 'reconcile-enrollment-interval', problems),
     chainedCniPlugin: bool(raw, 'chained-cni-plugin', problems),
     istioOwnedCniConfig: bool(raw, 'istio-owned-cni-config', problems),
     istioOwnedCniConfigFilename: get('istio-owned-cni-config-filename') || undefined,

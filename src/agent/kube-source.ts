@@ -16,6 +16,8 @@ import { CoreV1Api } from '@kubernetes/client-node';
 import type { PodSource, SourceDeps } from './pod-source.js';
 import { ADD_ANSWER_MS } from '../pods/enroller.js';
 import { answerWithin } from '../util/answer-within.js';
+import { podIps } from '../kube/mesh-controller.js';
+import type { HostReconcileTarget, PodReconcileHooks } from '../reconcile/pod-targets.js';
 
 export interface KubeSourceOptions {
   kc: KubeConfig;
@@ -31,6 +33,10 @@ export interface KubeSourceOptions {
   kubeletUid?: number;
   /** Tests replace the node-facing parts (host probe rules, /proc scan). */
   host?: HostProbes & { start(): Promise<void>; cleanup(): Promise<void> };
+  /** Tests: the netns where the host rules live when `host` is not given (default the agent's own). */
+  hostNetnsPath?: string;
+  /** Sandbox identity checks of every enrolled pod (AMBIENT_RECONCILE_ENROLLMENT_INTERVAL); 0 = only on address events. */
+  sandboxCheckIntervalMs?: number;
   finder?: NetnsFinder;
   /** How long a CNI ADD may take before it is answered with what is pending (ADD_ANSWER_MS). */
   addAnswerMs?: number;
@@ -45,6 +51,8 @@ export class KubernetesSource implements PodSource {
   readonly #api: KubeApi;
   readonly #core: CoreV1Api;
   readonly #enablement: Enablement;
+  #sandboxTimer: NodeJS.Timeout | undefined;
+  readonly #sandboxChecks = new Map<string, NodeJS.Timeout>();
   /** The agent's own netns, where the host rules live; held for the agent's lifetime. */
   readonly #hostNetns: NetnsHandle | undefined;
   #prepared = false;
@@ -69,7 +77,7 @@ export class KubernetesSource implements PodSource {
       log: deps.log,
     });
     this.namespaces = new ResilientInformer<V1Namespace>({ kc: opts.kc, path: '/api/v1/namespaces', list: () => core.listNamespace(), log: deps.log });
-    this.#hostNetns = opts.host ? undefined : deps.addon.openNetns('/proc/self/ns/net');
+    this.#hostNetns = opts.host ? undefined : deps.addon.openNetns(opts.hostNetnsPath ?? '/proc/self/ns/net');
     this.host = opts.host ?? new HostDataplane({
       addon: deps.addon,
       hostNetns: this.#hostNetns!,
@@ -149,6 +157,51 @@ export class KubernetesSource implements PodSource {
 
   run(): void {
     this.controller.queue.resume();
+    const every = this.opts.sandboxCheckIntervalMs ?? this.deps.config.reconcileEnrollmentIntervalMs ?? 0;
+    if (every > 0) {
+      this.#sandboxTimer = setInterval(() => {
+        for (const { uid } of this.deps.registry.snapshot()) this.#checkSandboxSoon(uid, 0);
+      }, every);
+      this.#sandboxTimer.unref();
+    }
+  }
+
+  /** Live reconciliation: Kubernetes-mode overrides, the removal lock, annotations that tell the truth. */
+  reconcileHooks(): PodReconcileHooks {
+    return {
+      exclusive: (uid, work) => this.controller.exclusive(uid, work),
+      overridesFor: (uid) => this.controller.overridesFor(uid),
+      onOutcome: (uid, outcome) => {
+        if (outcome.status === 'failed') {
+          this.controller.markRepairFailed(uid).catch((err: unknown) => this.deps.log.warn({ uid, err: (err as Error).message }, 'could not mark the pod pending'));
+        } else {
+          this.controller.markRepaired(uid);
+        }
+      },
+      onAddressesChanged: (uid) => this.#checkSandboxSoon(uid, 100),
+    };
+  }
+
+  /** The host dataplane's rules in the host netns (only when this source owns the real one). */
+  hostReconcileTarget(): HostReconcileTarget | undefined {
+    const host = this.host;
+    if (!(host instanceof HostDataplane) || !this.#hostNetns) return undefined;
+    return {
+      netns: this.#hostNetns,
+      verify: () => host.verify(),
+      repair: () => host.repair(this.controller.enrolledPods().map((p) => ({ uid: p.metadata?.uid ?? '', ips: podIps(p) }))),
+    };
+  }
+
+  /** Debounced per pod: a sandbox replacement comes with a burst of address events. */
+  #checkSandboxSoon(uid: string, delayMs: number): void {
+    if (this.#sandboxChecks.has(uid)) return;
+    const timer = setTimeout(() => {
+      this.#sandboxChecks.delete(uid);
+      this.controller.checkSandbox(uid).catch((err: unknown) => this.deps.log.warn({ uid, err: (err as Error).message }, 'sandbox check failed'));
+    }, delayMs);
+    timer.unref();
+    this.#sandboxChecks.set(uid, timer);
   }
 
   /** Answered within ADD_ANSWER_MS like standalone mode (the plugin gives up after 5 s). */
@@ -201,6 +254,9 @@ export class KubernetesSource implements PodSource {
   }
 
   async stop(): Promise<void> {
+    if (this.#sandboxTimer) clearInterval(this.#sandboxTimer);
+    for (const timer of this.#sandboxChecks.values()) clearTimeout(timer);
+    this.#sandboxChecks.clear();
     this.controller.queue.stop();
     await Promise.all([this.pods.stop(), this.namespaces.stop()]);
   }

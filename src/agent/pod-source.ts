@@ -9,6 +9,7 @@ import type { AgentMetrics } from '../ops/metrics.js';
 import type { CniPod } from '../pods/enroller.js';
 import type { InpodRuleManager } from '../rules/manager.js';
 import type { PodOverrides, RuleSettings } from '../rules/settings.js';
+import type { HostReconcileTarget, PodReconcileHooks } from '../reconcile/pod-targets.js';
 import type { PodRegistry } from '../zds/registry.js';
 import type { AgentConfig } from './config.js';
 
@@ -31,6 +32,10 @@ export interface PodSource {
   close?(): void;
   /** The pod's rule overrides (from its annotations), for verification. */
   overridesFor?(uid: string): PodOverrides;
+  /** What live reconciliation needs from this mode (see src/reconcile/pod-targets.ts). */
+  reconcileHooks?(): PodReconcileHooks;
+  /** The host rules to watch and repair, once prepare() set them up (Kubernetes mode). */
+  hostReconcileTarget?(): HostReconcileTarget | undefined;
 }
 
 export interface SourceDeps {

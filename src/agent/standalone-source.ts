@@ -2,6 +2,7 @@
 import type { PluginAddEvent, PluginDelEvent } from '../cni/protocol.js';
 import { PodEnroller } from '../pods/enroller.js';
 import { PodStateStore } from '../pods/state-store.js';
+import type { PodReconcileHooks } from '../reconcile/pod-targets.js';
 import { describeDrift } from '../rules/drift.js';
 import { writeEnablementSnapshot } from './enablement-file.js';
 import { cniPodOf, type PodSource, type SourceDeps } from './pod-source.js';
@@ -66,6 +67,11 @@ export class StandaloneSource implements PodSource {
     const drift = await this.enroller.check(uid);
     if (!drift) return `pod ${e.PodNamespace}/${e.PodName} is not enrolled`;
     return drift.inSync ? undefined : `in-pod rules drifted: ${describeDrift(drift).join('; ')}`;
+  }
+
+  /** Repairs run in the pod's queue, never alongside its ADD or DEL; no overrides without Kubernetes. */
+  reconcileHooks(): PodReconcileHooks {
+    return { exclusive: (uid, work) => this.enroller.exclusive(uid, work) };
   }
 
   notReadyReasons(): string[] {

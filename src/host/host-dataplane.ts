@@ -133,6 +133,19 @@ export class HostDataplane {
     this.#log.info('host probe rules and probe sets removed');
   }
 
+  /**
+   * Puts the host side back after someone removed it (`nft flush ruleset`, a firewalld reload):
+   * the sets, the probe rules, and the enrolled pods' IPs in the sets. The kubelet UID is the
+   * one start() found.
+   */
+  async repair(pods: readonly EnrolledPod[]): Promise<void> {
+    const uid = this.kubeletUid;
+    if (uid === undefined) throw new Error('host dataplane not started: the kubelet UID is not known yet');
+    await this.probeSets.ensure();
+    await this.#rules.apply(this.#opts.hostNetns, uid);
+    await this.syncEnrolled(pods);
+  }
+
   /** Drift of the host rules (against the golden transaction) plus probe sets that are missing. */
   async verify(): Promise<DriftReport> {
     const uid = this.kubeletUid;
