@@ -132,6 +132,7 @@ describe('standalone agent', () => {
     pods['web']!.listing = listing;
     expect((await postUnix(sock(), '/cmdcheck', addEvent('web'))).status).toBe(200);
     pods['web']!.listing = '';
+    pods['web']!.nftGeneration++; // (any nft change in a netns moves its generation)
     expect(await postUnix(sock(), '/cmdcheck', addEvent('web'))).toMatchObject({ status: 500, body: expect.stringContaining('missing table') });
   });
 
@@ -185,8 +186,10 @@ describe('standalone agent', () => {
     const body = JSON.parse((await getHttp(agent.healthPort!, '/debug/pods')).body) as { mode: string; pods: Array<Record<string, unknown>>; connections: unknown[] };
     expect(body.mode).toBe('standalone');
     expect(body.connections).toHaveLength(1);
+    // lastVerified: live reconciliation's last check (null until its first one, 0.5 s after the ADD).
+    expect(body.pods[0]!['lastVerified'] === null || typeof body.pods[0]!['lastVerified'] === 'string').toBe(true);
     expect(body.pods).toEqual([
-      { uid: 'uid-web', namespace: 'shop', name: 'web', serviceAccount: 'default', netnsInode: pods['web']!.ino, rules: 'verified', ztunnel: { [String(agent.zds.connections()[0]!.id)]: 'acked' } },
+      { uid: 'uid-web', namespace: 'shop', name: 'web', serviceAccount: 'default', netnsInode: pods['web']!.ino, rules: 'verified', lastVerified: body.pods[0]!['lastVerified'], repairs: 0, ztunnel: { [String(agent.zds.connections()[0]!.id)]: 'acked' } },
     ]);
     pods['web']!.listing = '';
     const drifted = JSON.parse((await getHttp(agent.healthPort!, '/debug/pods')).body) as { pods: Array<{ rules: string }> };

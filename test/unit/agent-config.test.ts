@@ -74,12 +74,12 @@ describe('pods table', () => {
       mode: 'kubernetes',
       ready: true,
       connections: [{ id: 3, state: 'ready', connectedAt: '2026-01-01T00:00:00.000Z' }],
-      pods: [{ uid: 'u1', namespace: 'shop', name: 'web', netnsInode: 4026532001, rules: 'verified', ztunnel: { '3': 'acked' } }],
+      pods: [{ uid: 'u1', namespace: 'shop', name: 'web', netnsInode: 4026532001, rules: 'verified', lastVerified: '2026-01-01T00:00:30.000Z', repairs: 2, ztunnel: { '3': 'acked' } }],
     });
     expect(text.split('\n')).toEqual([
       'mode: kubernetes, ready: true, ztunnel connections: #3 ready since 2026-01-01T00:00:00.000Z',
-      'NAMESPACE  NAME  UID  NETNS       RULES     ZTUNNEL',
-      'shop       web   u1   4026532001  verified  #3:acked',
+      'NAMESPACE  NAME  UID  NETNS       RULES     LAST VERIFIED             REPAIRS  ZTUNNEL',
+      'shop       web   u1   4026532001  verified  2026-01-01T00:00:30.000Z  2        #3:acked',
       '',
     ]);
   });
