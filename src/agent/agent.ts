@@ -113,6 +113,7 @@ export class Agent {
       add: (e) => this.source.cniAdd(e),
       del: (e) => this.source.cniDel(e),
       check: (e) => this.source.cniCheck(e),
+      gc: async (e) => this.source.cniGc?.(e),
     }, this.#log);
     this.#plugin.onRequest = (route, status, seconds) => {
       metrics.pluginRequests.inc({ response_code: String(status) });

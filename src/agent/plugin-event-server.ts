@@ -6,7 +6,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { silentLogger, type Logger } from '../ops/log.js';
 import { closeServer, listenPrivateSocket } from '../util/http-server.js';
 import { isCniIdentifier, isDnsLabel, isDnsSubdomain, isPlainIp, MAX_CONTAINER_ID_BYTES, netnsPathProblem } from '../cni/fields.js';
-import { ROUTE_ADD, ROUTE_CHECK, ROUTE_DEL, type PluginAddEvent, type PluginDelEvent, type PluginIpConfig } from '../cni/protocol.js';
+import { ROUTE_ADD, ROUTE_CHECK, ROUTE_DEL, ROUTE_GC, type PluginAddEvent, type PluginDelEvent, type PluginGcEvent, type PluginIpConfig } from '../cni/protocol.js';
 
 const MAX_BODY_BYTES = 64 * 1024;
 /** Far more addresses than any pod has; only bounds the work a hostile body can cause. */
@@ -28,6 +28,8 @@ export interface PluginEventHandlers {
   del(event: PluginDelEvent): Promise<void>;
   /** Resolves with a problem description, or undefined when the pod is fine. */
   check(event: PluginAddEvent): Promise<string | undefined>;
+  /** CNI GC; without a handler a GC is answered 200 and does nothing. */
+  gc?(event: PluginGcEvent): Promise<void>;
 }
 
 function shown(value: string): string {
@@ -128,6 +130,21 @@ export function parseDelEvent(body: unknown): PluginDelEvent {
   };
 }
 
+/** Every attachment the runtime still has; entries are checked like ADD's container ID. */
+export function parseGcEvent(body: unknown): PluginGcEvent {
+  const b = object(body, 'body');
+  const list = b['ValidAttachments'] ?? [];
+  if (!Array.isArray(list)) throw new BadRequest('ValidAttachments must be an array');
+  return {
+    ValidAttachments: list.map((a: unknown, i) => {
+      const entry = object(a, `ValidAttachments[${i}]`);
+      const ifname = entry['IfName'] ?? '';
+      if (typeof ifname !== 'string' || ifname.length > 15) throw new BadRequest(`ValidAttachments[${i}].IfName must be an interface name`);
+      return { ContainerID: field(entry, 'ContainerID', true, containerId), IfName: ifname };
+    }),
+  };
+}
+
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 /**
@@ -182,7 +199,7 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
 
 /** Keys of the per-route counters: the three routes, everything else is one key. */
 function routeKey(route: string): string {
-  return route === ROUTE_ADD || route === ROUTE_DEL || route === ROUTE_CHECK ? route : 'other';
+  return route === ROUTE_ADD || route === ROUTE_DEL || route === ROUTE_CHECK || route === ROUTE_GC ? route : 'other';
 }
 
 /** Called after each request with its route, status and duration (metrics). */
@@ -276,6 +293,8 @@ export class PluginEventServer {
         return void (await this.handlers.add(parseAddEvent(json)));
       case ROUTE_DEL:
         return void (await this.handlers.del(parseDelEvent(json)));
+      case ROUTE_GC:
+        return void (await this.handlers.gc?.(parseGcEvent(json)));
       case ROUTE_CHECK: {
         const problem = await this.handlers.check(parseAddEvent(json));
         if (problem) throw new Error(problem);

@@ -3,7 +3,7 @@
 // rules, kube-source.ts, loaded only in that mode so a standalone agent starts without the
 // Kubernetes client). The agent wires either one to the plugin-event server and the ZDS server.
 import type { NetAddon } from '../addon/net-addon.js';
-import type { PluginAddEvent, PluginDelEvent } from '../cni/protocol.js';
+import type { PluginAddEvent, PluginDelEvent, PluginGcEvent } from '../cni/protocol.js';
 import type { Logger } from '../ops/log.js';
 import type { AgentMetrics } from '../ops/metrics.js';
 import type { CniPod } from '../pods/enroller.js';
@@ -22,6 +22,8 @@ export interface PodSource {
   cniAdd(e: PluginAddEvent): Promise<void>;
   cniDel(e: PluginDelEvent): Promise<void>;
   cniCheck(e: PluginAddEvent): Promise<string | undefined>;
+  /** CNI GC (optional: Kubernetes mode follows its informer instead). */
+  cniGc?(e: PluginGcEvent): Promise<void>;
   notReadyReasons(): string[];
   /** On SIGTERM: should node-level artefacts (CNI config, binary, host rules) be removed? */
   shouldCleanUp(): Promise<boolean>;

@@ -160,6 +160,20 @@ export class PodEnroller {
     });
   }
 
+  /**
+   * CNI GC: removes every enrolment whose container ID is not among the runtime's valid ones
+   * (a lost DEL would otherwise keep its netns open through our fd forever). Pods enrolled
+   * without a container ID (Istio's plugin sends none) cannot be matched and are kept.
+   */
+  async collectGarbage(validContainerIds: ReadonlySet<string>): Promise<void> {
+    // A pod whose ADD is still running may be missing from a list the runtime made just before.
+    const stale = this.deps.store.list().filter((p) => p.containerId && !validContainerIds.has(p.containerId) && !this.#queue.busy(p.uid));
+    for (const pod of stale) {
+      this.#log.info({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid, containerId: pod.containerId }, 'CNI GC: the runtime no longer has this attachment; removing the pod');
+      await this.remove(pod.uid);
+    }
+  }
+
   /** Runs `task` in the pod's queue: never alongside its ADD, DEL or restore (the reconciler's repairs). */
   exclusive<T>(uid: string, task: () => Promise<T>): Promise<T> {
     return this.#queue.run(uid, task);

@@ -1,6 +1,6 @@
 // The standalone agent end to end without root: real plugin-event socket, real ZDS socket and a
 // ztunnel-like client; the kernel side (netns, rules) is the fake addon.
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -11,6 +11,7 @@ import type { StandaloneSource } from '../../src/agent/standalone-source.js';
 import { FakeNetAddon, type FakeNamespace } from '../fakes/fake-net-addon.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { getHttp, postUnix } from '../helpers/unix-http.js';
+import { netconf, runPlugin } from '../helpers/plugin-exec.js';
 
 const listing = readFileSync(new URL('../fixtures/default-inpod.listing.nft', import.meta.url), 'utf8');
 
@@ -124,6 +125,27 @@ describe('standalone agent', () => {
     expect(z.messages.at(-1)).toMatchObject({ kind: 'del', uid: 'uid-web' });
     expect((await postUnix(sock(), '/cmddel', del)).status).toBe(200);
     expect(addon.openFds).toBe(0);
+  });
+
+  it('CNI GC (the real plugin, cni.dev/valid-attachments) removes the enrolments the runtime no longer has; ztunnel gets the del', async () => {
+    const z = await ztunnel();
+    await postUnix(sock(), '/cmdadd', addEvent('web'));
+    await postUnix(sock(), '/cmdadd', addEvent('db'));
+    const dbNetns = agent.registry.netnsOf('uid-db')!;
+    const run = await runPlugin(
+      { CNI_COMMAND: 'GC', CNI_PATH: '/opt/cni/bin' },
+      netconf(config.runDir, { cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: 'c-web', ifname: 'eth0' }, { containerID: 'c-other', ifname: 'eth0' }] }),
+    );
+    expect(run.status, run.stdout + run.stderr).toBe(0);
+    expect(agent.registry.has('uid-db')).toBe(false);
+    expect(dbNetns.closed).toBe(true); // the dead sandbox's netns is no longer pinned by our fd
+    expect(agent.registry.has('uid-web')).toBe(true);
+    await z.waitFor(() => z.messages.some((m) => m.kind === 'del' && m.uid === 'uid-db'));
+    expect(readdirSync(join(config.runDir, 'pods')).sort()).toEqual(['uid-web.json']);
+    // A GC that lists everything removes nothing.
+    await postUnix(sock(), '/cmdgc', { ValidAttachments: [{ ContainerID: 'c-web', IfName: 'eth0' }] });
+    expect(agent.registry.has('uid-web')).toBe(true);
+    expect((await postUnix(sock(), '/cmdgc', { ValidAttachments: 'all' })).status).toBe(400);
   });
 
   it('CHECK reports drift in an enrolled pod', async () => {
