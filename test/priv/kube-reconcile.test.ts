@@ -1,10 +1,12 @@
 // Kubernetes mode live reconciliation in real namespaces: the real agent (real addon, informers
 // against the fake API server, ZDS to a ztunnel-like client) enrolls a pod whose netns is a real
 // namespace with a veth; its nftables flushed from another process are repaired within 1 s,
-// counted in the metrics and shown in /debug/pods; then the runtime "re-creates the sandbox"
+// counted in the metrics and shown in /debug/pods; a repair that cannot succeed (another process
+// owns the table: nftables' `flags owner`) flips the annotation to `pending` and is retried with
+// backoff until the owner is gone, then the pod is `enabled` again; then the runtime "re-creates the sandbox"
 // (the old veth deleted, the pod IP on a veth in a new netns) and the pod is re-enrolled with the
 // new netns: rules there, ztunnel told with the new fd, the old handle released.
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -128,6 +130,27 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
     const body = JSON.parse((await getHttp(agent.healthPort!, '/debug/pods')).body) as { pods: Array<{ uid: string; repairs: number; lastVerified: string | null; rules: string }> };
     expect(body.pods).toEqual([expect.objectContaining({ uid: 'uid-web', repairs: 1, rules: 'verified', lastVerified: expect.any(String) })]);
     expect(annotation()).toBe('enabled');
+  });
+
+  it('a repair that fails sets the annotation to pending and is retried with backoff; once it can succeed the pod is enabled again', async () => {
+    // `nft -i` keeps its netlink socket: a table it creates with `flags owner` cannot be changed
+    // or deleted by anyone else until it exits (EPERM for our transaction).
+    const owner = spawn('ip', ['netns', 'exec', podNs.name, 'nft', '-i'], { stdio: ['pipe', 'ignore', 'ignore'] });
+    try {
+      owner.stdin.write('flush ruleset\nadd table inet istio-ambient-nat { flags owner ; }\n');
+      await until(() => annotation() === 'pending', 'annotation pending', 3_000);
+      expect(agent.reconciler.status('uid-web')).toMatchObject({ failing: true });
+      const metrics = await (await fetch(`http://127.0.0.1:${agent.metricsPort}/metrics`)).text();
+      expect(metrics).toMatch(/ambient_node_agent_reconcile_checks_total\{scope="pod",result="failed"\} [1-9]/);
+    } finally {
+      owner.stdin.end();
+      owner.kill();
+    }
+    // The owner's table goes with it; the next attempt (at most 2 s of backoff away) succeeds.
+    await until(() => annotation() === 'enabled', 'annotation enabled again', 6_000);
+    expect(hasRules(podNs)).toBe(true);
+    expect(execIn(podNs.name, ['nft', 'list', 'ruleset'])).not.toContain('flags owner'); // ours, not the owner's
+    expect(agent.reconciler.status('uid-web')).toMatchObject({ failing: false });
   });
 
   it('a re-created sandbox (pod IP now in a new netns) is re-enrolled with the new netns; the old handle is released', async () => {
