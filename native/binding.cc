@@ -511,11 +511,20 @@ Napi::Value OriginalDestinationJs(const Napi::CallbackInfo& info) {
 
 Napi::Value NetlinkWatchDrainJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  int fd = FdArg(info, 0, "netlinkWatchDrain(fd, table)");
-  if (!info[1].IsNumber()) throw Napi::TypeError::New(env, "netlinkWatchDrain(fd, table): table must be a number");
+  int fd = FdArg(info, 0, "netlinkWatchDrain(fd, table, nftTables)");
+  if (!info[1].IsNumber()) throw Napi::TypeError::New(env, "netlinkWatchDrain(fd, table, nftTables): table must be a number");
+  std::vector<std::string> tables;
+  if (info[2].IsArray()) {
+    Napi::Array list = info[2].As<Napi::Array>();
+    for (uint32_t i = 0; i < list.Length(); i++) {
+      Napi::Value v = list.Get(i);
+      if (!v.IsString()) throw Napi::TypeError::New(env, "netlinkWatchDrain: nftTables must be strings");
+      tables.push_back(v.As<Napi::String>().Utf8Value());
+    }
+  }
   WatchEvents events;
   SysError err;
-  if (!DrainNetlinkWatch(fd, info[1].As<Napi::Number>().Uint32Value(), &events, &err)) throw ToJsError(env, err);
+  if (!DrainNetlinkWatch(fd, info[1].As<Napi::Number>().Uint32Value(), tables, &events, &err)) throw ToJsError(env, err);
   Napi::Object o = Napi::Object::New(env);
   o.Set("nftables", events.nftables);
   o.Set("rules", events.rules);

@@ -6,6 +6,9 @@
 
 #include <stdint.h>
 
+#include <string>
+#include <vector>
+
 #include "sys_error.h"
 
 namespace ana {
@@ -16,7 +19,9 @@ enum class WatchKind {
 };
 
 // What one drain saw. Routes and rules are counted only for `table` (others are read and
-// dropped); any nf_tables message counts (the generation stamp tells ours from others').
+// dropped). nf_tables messages are counted when they name one of `nft_tables` (every table,
+// chain, rule, set, element and object message carries its table's name), or all of them when
+// that list is empty; the per-commit NEWGEN message names no table and is not counted then.
 struct WatchEvents {
   uint32_t nftables = 0;
   uint32_t rules = 0;
@@ -30,6 +35,6 @@ struct WatchEvents {
 int OpenNetlinkWatch(WatchKind kind, SysError* err);
 
 // Reads every queued message without blocking. False only on a real socket error.
-bool DrainNetlinkWatch(int fd, uint32_t table, WatchEvents* out, SysError* err);
+bool DrainNetlinkWatch(int fd, uint32_t table, const std::vector<std::string>& nft_tables, WatchEvents* out, SysError* err);
 
 }  // namespace ana

@@ -20,6 +20,11 @@ export interface WatchOptions {
   kinds: readonly WatchKind[];
   /** Routes and rules of other tables are ignored (the pod's own routing churns). */
   routeTable: number;
+  /**
+   * Only nf_tables changes to these tables count (a node's kube-proxy or CNI commits to its own
+   * tables all the time); omitted: every nf_tables change (the iptables backend's tables).
+   */
+  nftTables?: readonly string[];
   onChange(changes: NetnsChanges): void;
   /** The socket failed; the watch is closed and the caller decides whether to reopen it. */
   onError(err: Error): void;
@@ -69,7 +74,7 @@ export class NativeNetnsWatch implements NetnsWatch {
     if (this.#closed) return;
     try {
       if (status < 0) throw new Error(`netlink watch poll failed (uv status ${status})`);
-      const changes = this.raw.netlinkWatchDrain(fd, this.opts.routeTable);
+      const changes = this.raw.netlinkWatchDrain(fd, this.opts.routeTable, this.opts.nftTables);
       if (hasChanges(changes)) this.opts.onChange(changes);
     } catch (err) {
       this.close();

@@ -17,6 +17,7 @@ import type { PodSource, SourceDeps } from './pod-source.js';
 import { ADD_ANSWER_MS } from '../pods/enroller.js';
 import { answerWithin } from '../util/answer-within.js';
 import { podIps } from '../kube/mesh-controller.js';
+import { NFT_TABLE_NAT } from '../rules/constants.js';
 import type { HostReconcileTarget, PodReconcileHooks } from '../reconcile/pod-targets.js';
 
 export interface KubeSourceOptions {
@@ -188,6 +189,7 @@ export class KubernetesSource implements PodSource {
     if (!(host instanceof HostDataplane) || !this.#hostNetns) return undefined;
     return {
       netns: this.#hostNetns,
+      nftTables: [NFT_TABLE_NAT], // the probe rule and sets; kube-proxy's and the CNI's commits are not ours
       verify: () => host.verify(),
       repair: () => host.repair(this.controller.enrolledPods().map((p) => ({ uid: p.metadata?.uid ?? '', ips: podIps(p) }))),
     };

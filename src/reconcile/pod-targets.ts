@@ -3,6 +3,7 @@
 // contributes what only it knows (per-pod overrides, its per-pod lock, what a failed repair means).
 import type { NetnsHandle } from '../addon/net-addon.js';
 import type { WatchKind } from '../addon/netns-watch.js';
+import { NFT_TABLE_MANGLE, NFT_TABLE_NAT, NFT_TABLE_RAW } from '../rules/constants.js';
 import type { InpodRuleManager } from '../rules/manager.js';
 import { NO_OVERRIDES, type PodOverrides } from '../rules/settings.js';
 import type { PodRegistry } from '../zds/registry.js';
@@ -22,7 +23,12 @@ export interface PodReconcileHooks {
 /** The host netns and the host dataplane's own verify and repair (Kubernetes mode). */
 export interface HostReconcileTarget extends RepairTarget {
   netns: NetnsHandle;
+  /** The host dataplane's nftables tables (undefined: every nf_tables change, e.g. iptables-nft). */
+  nftTables?: readonly string[];
 }
+
+/** The in-pod tables of the nftables backend; iptables-nft's tables are the kernel's nat/mangle/raw, so every change counts there. */
+export const POD_NFT_TABLES: readonly string[] = [NFT_TABLE_NAT, NFT_TABLE_MANGLE, NFT_TABLE_RAW];
 
 export const POD_WATCH_KINDS: readonly WatchKind[] = ['nftables', 'routing'];
 
@@ -42,6 +48,7 @@ export function hostTarget(host: HostReconcileTarget): ReconcileTarget {
     scope: 'host',
     netns: host.netns,
     kinds: ['nftables'],
+    ...(host.nftTables ? { nftTables: host.nftTables } : {}),
     logFields: { target: 'host' },
     check: () => verifyAndRepair(host),
   };
@@ -58,6 +65,7 @@ export function reconcileRegisteredPods(reconciler: Reconciler, registry: PodReg
       scope: 'pod',
       netns,
       kinds: POD_WATCH_KINDS,
+      ...(rules.backend === 'nftables' ? { nftTables: POD_NFT_TABLES } : {}),
       logFields: { pod: info ? `${info.namespace}/${info.name}` : uid, uid },
       check: () =>
         exclusive(uid, async () => {

@@ -16,6 +16,8 @@ export interface ReconcileTarget {
   readonly scope: ReconcileScope;
   readonly netns: NetnsHandle;
   readonly kinds: readonly WatchKind[];
+  /** nf_tables changes to other tables are not events for this target (undefined: all count). */
+  readonly nftTables?: readonly string[];
   /** Fields for every log line about this target (pod, uid). */
   readonly logFields: Record<string, string>;
   /** Verify and repair; undefined when there is nothing to check any more (the pod left). */
@@ -192,6 +194,7 @@ export class Reconciler {
       .watchNetns(t.target.netns, {
         kinds: t.target.kinds,
         routeTable: this.opts.routeTable,
+        ...(t.target.nftTables ? { nftTables: t.target.nftTables } : {}),
         onChange: (changes) => this.#onChange(t, changes),
         onError: (err) => {
           t.watch = undefined;

@@ -137,7 +137,7 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
     // or deleted by anyone else until it exits (EPERM for our transaction).
     const owner = spawn('ip', ['netns', 'exec', podNs.name, 'nft', '-i'], { stdio: ['pipe', 'ignore', 'ignore'] });
     try {
-      owner.stdin.write('flush ruleset\nadd table inet istio-ambient-nat { flags owner ; }\n');
+      owner.stdin.write('flush ruleset; add table inet istio-ambient-nat { flags owner ; }\n'); // one line: one transaction
       await until(() => annotation() === 'pending', 'annotation pending', 3_000);
       expect(agent.reconciler.status('uid-web')).toMatchObject({ failing: true });
       const metrics = await (await fetch(`http://127.0.0.1:${agent.metricsPort}/metrics`)).text();

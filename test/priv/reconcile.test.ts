@@ -189,7 +189,13 @@ describe.skipIf(skip)(`live reconciliation in real namespaces${skip ? ` — skip
     await host.start();
     const enrolled = [{ uid: 'uid-pod', ips: [POD_IP] }];
     await host.syncEnrolled(enrolled);
-    reconciler.add(hostTarget({ netns: hostNetns, verify: () => host.verify(), repair: () => host.repair(enrolled) }));
+    reconciler.add(hostTarget({ netns: hostNetns, nftTables: ['istio-ambient-nat'], verify: () => host.verify(), repair: () => host.repair(enrolled) }));
+    await within(2_000, 'host first check', () => reconciler.status('host')?.lastVerified !== null);
+    // Another agent's table (kube-proxy, a CNI) changing in the node netns is not an event for us.
+    const checksBefore = counts.checks;
+    for (let i = 0; i < 5; i++) await run('ip', ['netns', 'exec', node.name, 'nft', `add table inet other-agent-${i}`]);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(counts.checks).toBe(checksBefore);
     await within(2_000, 'host watched', () => reconciler.status('host')?.watched === true);
     const before = repairs('host');
     const complete = (): boolean => {
