@@ -130,19 +130,26 @@ export function parseDelEvent(body: unknown): PluginDelEvent {
   };
 }
 
-/** Every attachment the runtime still has; entries are checked like ADD's container ID. */
+/**
+ * Every attachment the runtime still has. An entry whose container ID no ADD could have carried
+ * is dropped rather than refused: it cannot match an enrolment, and refusing the whole GC would
+ * keep every stale one.
+ */
 export function parseGcEvent(body: unknown): PluginGcEvent {
   const b = object(body, 'body');
   const list = b['ValidAttachments'] ?? [];
   if (!Array.isArray(list)) throw new BadRequest('ValidAttachments must be an array');
-  return {
-    ValidAttachments: list.map((a: unknown, i) => {
-      const entry = object(a, `ValidAttachments[${i}]`);
-      const ifname = entry['IfName'] ?? '';
-      if (typeof ifname !== 'string' || ifname.length > 15) throw new BadRequest(`ValidAttachments[${i}].IfName must be an interface name`);
-      return { ContainerID: field(entry, 'ContainerID', true, containerId), IfName: ifname };
-    }),
-  };
+  const valid: PluginGcEvent['ValidAttachments'] = [];
+  for (const a of list as unknown[]) {
+    try {
+      const entry = object(a, 'ValidAttachments[]');
+      const ifname = typeof entry['IfName'] === 'string' ? entry['IfName'] : '';
+      valid.push({ ContainerID: field(entry, 'ContainerID', true, containerId), IfName: ifname });
+    } catch (err) {
+      if (!(err instanceof BadRequest)) throw err;
+    }
+  }
+  return { ValidAttachments: valid };
 }
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
