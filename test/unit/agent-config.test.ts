@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { loadAgentConfig, OPTIONS, usage } from '../../src/agent/config.js';
+import { loadAgentConfig, OPTIONS, parseGoDuration, usage } from '../../src/agent/config.js';
 import { UsageError } from '../../src/cli/usage-error.js';
 import { podsTable } from '../../src/cli/pods-command.js';
 
@@ -24,6 +24,7 @@ describe('agent configuration', () => {
       hostProbeSnatIpv6: 'fd16:9254:7127:1337:ffff:ffff:ffff:ffff',
       systemNamespace: 'istio-system',
       reconcilePodRulesOnStartup: true,
+      reconcileEnrollmentIntervalMs: 30_000,
       chainedCniPlugin: true,
       istioOwnedCniConfig: false,
     });
@@ -35,6 +36,13 @@ describe('agent configuration', () => {
     expect(c).toMatchObject({ excludeNamespaces: ['kube-system', 'istio-system'], dnsCapture: false, backend: 'iptables', metricsPort: 9090, runDir: '/run/x', zdsSocket: '/z.sock' });
     const flagged = loadAgentConfig(['--dns-capture', 'true', '--backend', 'nftables', '--metrics-port', '15020'], env);
     expect(flagged).toMatchObject({ dnsCapture: true, backend: 'nftables', metricsPort: 15020 });
+  });
+
+  it('AMBIENT_RECONCILE_ENROLLMENT_INTERVAL takes Go durations (0 turns the sweep off); anything else is a usage error', () => {
+    expect(loadAgentConfig([], { AMBIENT_RECONCILE_ENROLLMENT_INTERVAL: '1m30s' }).reconcileEnrollmentIntervalMs).toBe(90_000);
+    expect(loadAgentConfig(['--reconcile-enrollment-interval', '0'], {}).reconcileEnrollmentIntervalMs).toBe(0);
+    expect([parseGoDuration('500ms'), parseGoDuration('2h'), parseGoDuration('1.5s'), parseGoDuration('30'), parseGoDuration('5 s'), parseGoDuration('')]).toEqual([500, 7_200_000, 1_500, undefined, undefined, undefined]);
+    expect(() => loadAgentConfig([], { AMBIENT_RECONCILE_ENROLLMENT_INTERVAL: 'often' })).toThrow(/--reconcile-enrollment-interval: expected a duration such as 30s, 1m or 0, got "often"/);
   });
 
   it('reports every bad value, one line each', () => {
