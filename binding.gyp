@@ -18,7 +18,8 @@
         "native/spawn.cc",
         "native/steps.cc",
         "native/seqpacket.cc",
-        "native/fd_poller.cc"
+        "native/fd_poller.cc",
+        "native/netlink_watch.cc"
       ],
       "dependencies": ["<!(node -p \"require('node-addon-api').targets\"):node_addon_api_except"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],

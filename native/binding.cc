@@ -10,6 +10,7 @@
 
 extern char** environ;
 
+#include "netlink_watch.h"
 #include "netns.h"
 #include "netns_executor.h"
 #include "fd_poller.h"
@@ -98,7 +99,8 @@ Napi::Object ResultToJs(Napi::Env env, const Step& step, const StepResult& r) {
   switch (step.op) {
     case StepOp::kNft: o.Set("output", r.output); break;
     case StepOp::kNftGeneration: o.Set("generation", static_cast<double>(r.generation)); break;
-    case StepOp::kSocket: o.Set("fd", r.fd); break;
+    case StepOp::kSocket:
+    case StepOp::kNetlinkWatch: o.Set("fd", r.fd); break;
     case StepOp::kDeviceHasIpv6: o.Set("hasIpv6", r.flag); break;
     case StepOp::kNetnsId:
       o.Set("ino", static_cast<double>(r.netns.ino));
@@ -371,6 +373,11 @@ Step ParseStep(const Napi::Object& o) {
   } else if (op == "ipsetCreate" || op == "ipsetDestroy" || op == "ipsetFlush" || op == "ipsetList" ||
              op == "ipsetAdd" || op == "ipsetDel") {
     ParseIpset(o, &s);
+  } else if (op == "netlinkWatch") {
+    s.op = StepOp::kNetlinkWatch;
+    std::string kind = GetString(o, "kind");
+    if (kind != "nftables" && kind != "routing") throw Napi::TypeError::New(o.Env(), "netlinkWatch step: kind must be nftables or routing");
+    s.watch = kind == "nftables" ? WatchKind::kNftables : WatchKind::kRouting;
   } else if (op == "deleteNftTables") {
     s.op = StepOp::kDeleteNftTables;
     ParseNftTables(o, &s);
@@ -545,6 +552,33 @@ Napi::Value OriginalDestinationJs(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// ---- netlink watches (opened by a netlinkWatch step inside the namespace) ----
+
+Napi::Value NetlinkWatchDrainJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = FdArg(info, 0, "netlinkWatchDrain(fd, table, nftTables)");
+  if (!info[1].IsNumber()) throw Napi::TypeError::New(env, "netlinkWatchDrain(fd, table, nftTables): table must be a number");
+  std::vector<std::string> tables;
+  if (info[2].IsArray()) {
+    Napi::Array list = info[2].As<Napi::Array>();
+    for (uint32_t i = 0; i < list.Length(); i++) {
+      Napi::Value v = list.Get(i);
+      if (!v.IsString()) throw Napi::TypeError::New(env, "netlinkWatchDrain: nftTables must be strings");
+      tables.push_back(v.As<Napi::String>().Utf8Value());
+    }
+  }
+  WatchEvents events;
+  SysError err;
+  if (!DrainNetlinkWatch(fd, info[1].As<Napi::Number>().Uint32Value(), tables, &events, &err)) throw ToJsError(env, err);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("nftables", events.nftables);
+  o.Set("rules", events.rules);
+  o.Set("routes", events.routes);
+  o.Set("addresses", events.addresses);
+  o.Set("overrun", events.overrun);
+  return o;
+}
+
 void Cleanup(void* arg) {
   auto* state = static_cast<AddonState*>(arg);
   state->closing = true;
@@ -572,6 +606,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("seqpacketSend", Napi::Function::New(env, SeqpacketSendJs, "seqpacketSend"));
   exports.Set("seqpacketRecv", Napi::Function::New(env, SeqpacketRecvJs, "seqpacketRecv"));
   exports.Set("FdPoller", FdPoller::Define(env));
+  exports.Set("netlinkWatchDrain", Napi::Function::New(env, NetlinkWatchDrainJs, "netlinkWatchDrain"));
   exports.Set("originalDestination", Napi::Function::New(env, OriginalDestinationJs, "originalDestination"));
   Napi::Object events = Napi::Object::New(env);
   events.Set("readable", Napi::Number::New(env, UV_READABLE));

@@ -61,6 +61,9 @@ bool RunStep(const Step& s, LazyRtnl* rtnl, StepResult* r, SysError* err) {
     case StepOp::kSocket:
       r->fd = CreateSocket(s.socket, err);
       return r->fd >= 0;
+    case StepOp::kNetlinkWatch:
+      r->fd = OpenNetlinkWatch(s.watch, err);
+      return r->fd >= 0;
     case StepOp::kExec:
       return SpawnAndWait(s.argv, s.input, s.timeout_ms, &r->spawn, err, s.replace_env, s.env);
     case StepOp::kNetnsId: return CurrentThreadNetns(&r->netns, err);

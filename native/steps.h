@@ -9,6 +9,7 @@
 
 #include "ipset.h"
 #include "marked_socket.h"
+#include "netlink_watch.h"
 #include "netns.h"
 #include "rtnl.h"
 #include "spawn.h"
@@ -38,6 +39,7 @@ enum class StepOp {
   kIpsetAdd,
   kIpsetDel,
   kSetLinkUp,           // bring a device up (idempotent): the pod's lo before its rules
+  kNetlinkWatch,        // a netlink socket subscribed to this namespace's changes (netlink_watch.h)
 };
 
 struct Step {
@@ -63,6 +65,7 @@ struct Step {
   std::string ip;                  // kIpsetAdd, kIpsetDel
   std::string comment;             // kIpsetAdd
   bool replace = true;             // kIpsetAdd
+  WatchKind watch = WatchKind::kNftables;  // kNetlinkWatch
 };
 
 struct StepResult {
@@ -70,7 +73,7 @@ struct StepResult {
   bool skipped = false;
   bool flag = false;      // kDeviceHasIpv6: IPv6 enabled on the device
   std::string output;     // kNft
-  int fd = -1;            // kSocket
+  int fd = -1;            // kSocket, kNetlinkWatch
   std::vector<FwmarkRule> rules;
   std::vector<RouteEntry> routes;
   std::vector<AddressEntry> addresses;

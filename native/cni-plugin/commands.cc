@@ -131,4 +131,20 @@ void CmdCheck(const Invocation& inv) {
   }
 }
 
+void CmdGc(const Invocation& inv, const std::string& stdin_data) {
+  // CNI 1.1 GC: the runtime lists every attachment of this network it still has. The agent
+  // drops enrolments whose container is not among them (a lost DEL must not pin a dead netns
+  // open). Best effort, like DEL: an absent or older agent is not the runtime's problem.
+  AgentReply reply = PostToAgent(SocketPath(inv.config), "/cmdgc", GcEventBody(stdin_data), kAgentTimeoutMs);
+  if (!reply.reached) {
+    LogWarn("could not forward GC to the node Istio CNI agent (" + reply.error + "); it keeps its enrolments until the next GC");
+  } else if (IsGoMuxNotFound(reply)) {
+    LogDebug("agent has no /cmdgc route (Istio's agent); nothing to do");
+  } else if (reply.status != 200) {
+    const std::string msg = "istio-cni cmdGC: node Istio CNI agent answered status " + std::to_string(reply.status) + ": " + TrimBody(reply.body);
+    LogError(msg);
+    throw CniError(kInternal, msg);
+  }
+}
+
 }  // namespace istio_cni

@@ -18,5 +18,7 @@ struct Invocation {
 std::string CmdAdd(const Invocation& inv);
 void CmdDel(const Invocation& inv);
 void CmdCheck(const Invocation& inv);
+// GC forwards cni.dev/valid-attachments from the raw config on stdin.
+void CmdGc(const Invocation& inv, const std::string& stdin_data);
 
 }  // namespace istio_cni

@@ -94,9 +94,12 @@ int Run(std::string* version_for_errors) {
   // ambient pod fails closed on its own ADD when the agent is down, while reporting not-ready
   // here would stop the runtime from creating every pod on the node, mesh or not.
   if (cmd == "STATUS") return 0;
-  // GC: the agent reconciles its pods from its informer and netns scan; there is nothing the
-  // plugin holds that could leak.
-  if (cmd == "GC") return 0;
+  // GC: the runtime's list of live attachments goes to the agent (standalone mode removes the
+  // enrolments the runtime no longer has; Kubernetes mode follows its informer and ignores it).
+  if (cmd == "GC") {
+    CmdGc(inv, stdin_data);
+    return 0;
+  }
 
   inv.k8s = ParseCniArgs(env.args);
   SetLogContext(cmd, inv.k8s.pod_name.empty() ? "" : inv.k8s.pod_namespace + "/" + inv.k8s.pod_name, env.container_id);

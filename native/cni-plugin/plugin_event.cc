@@ -50,4 +50,22 @@ std::string DelEventBody(const CniEnv& env, const K8sArgs& k8s) {
   return Dump(body);
 }
 
+std::string GcEventBody(const std::string& config_json) {
+  ordered_json list = ordered_json::array();
+  nlohmann::json doc = nlohmann::json::parse(config_json, nullptr, false);
+  const auto it = doc.is_object() ? doc.find("cni.dev/valid-attachments") : doc.end();
+  if (doc.is_object() && it != doc.end() && it->is_array()) {
+    for (const auto& a : *it) {
+      if (!a.is_object() || !a.contains("containerID") || !a["containerID"].is_string()) continue;
+      ordered_json entry;
+      entry["ContainerID"] = a["containerID"].get<std::string>();
+      entry["IfName"] = a.contains("ifname") && a["ifname"].is_string() ? a["ifname"].get<std::string>() : "";
+      list.push_back(std::move(entry));
+    }
+  }
+  ordered_json body;
+  body["ValidAttachments"] = std::move(list);
+  return Dump(body);
+}
+
 }  // namespace istio_cni

@@ -13,5 +13,8 @@ namespace istio_cni {
 
 std::string AddEventBody(const CniEnv& env, const K8sArgs& k8s, const std::vector<PodIp>& ips);
 std::string DelEventBody(const CniEnv& env, const K8sArgs& k8s);
+// /cmdgc: {"ValidAttachments":[{"ContainerID":...,"IfName":...}]} from the config's
+// cni.dev/valid-attachments (entries that are not {containerID, ifname} strings are skipped).
+std::string GcEventBody(const std::string& config_json);
 
 }  // namespace istio_cni

@@ -3,6 +3,7 @@
 import { closeSync, fstatSync, readdirSync, statSync } from 'node:fs';
 import { withDeadline } from '../util/deadline.js';
 import { loadRawAddon, type RawAddon, type RawExecutorStats } from './binding.js';
+import { NativeNetnsWatch, type NetnsWatch, type WatchOptions } from './netns-watch.js';
 import { assertValidSteps, type ResultsOf, type SocketStep, type Step } from './steps.js';
 
 export interface NetnsIdentity { ino: number; dev: number }
@@ -25,6 +26,8 @@ export interface NetAddon {
   /** Pays libnftables' one-time initialisation so the first pod does not. */
   warmUp(): void;
   stats(): RawExecutorStats;
+  /** Opens netlink watches inside `ns` (one fd per kind) and reports its changes on the event loop. */
+  watchNetns(ns: NetnsHandle, opts: WatchOptions): Promise<NetnsWatch>;
 }
 
 class NativeNetnsHandle implements NetnsHandle {
@@ -67,6 +70,11 @@ export class NativeNetAddon implements NetAddon {
     } catch (err) {
       return Promise.reject(err); // callers handle one failure path: the promise
     }
+  }
+
+  async watchNetns(ns: NetnsHandle, opts: WatchOptions): Promise<NetnsWatch> {
+    const results = await this.run(ns, opts.kinds.map((kind) => ({ op: 'netlinkWatch' as const, kind })));
+    return new NativeNetnsWatch(this.raw, results.map((r) => r.fd), opts);
   }
 
   /** Test hook: runs the steps and then makes the worker's way home fail, so it must retire. */

@@ -61,6 +61,8 @@ export interface NetnsIdStep { op: 'netnsId' }
  */
 /** The namespace's nftables ruleset generation: +1 with every committed transaction. */
 export interface NftGenerationStep { op: 'nftGeneration' }
+/** A netlink socket opened inside the namespace, subscribed to its changes (src/addon/netns-watch.ts). */
+export interface NetlinkWatchStep { op: 'netlinkWatch'; kind: 'nftables' | 'routing' }
 export interface DeleteNftTablesStep { op: 'deleteNftTables'; family: 'inet' | 'ip' | 'ip6'; tables: string[] }
 /**
  * Kernel ip sets through raw nfnetlink (no `ipset` binary), as Istio's agent writes them:
@@ -94,6 +96,7 @@ export type Step =
   | NftGenerationStep
   | DeleteNftTablesStep
   | IpsetStep;
+  | NetlinkWatchStep;
 
 export interface NftResult { op: 'nft'; output: string }
 export interface ChangeResult { op: string; changed: boolean; skipped: boolean }
@@ -104,7 +107,7 @@ export interface ListRoutesResult { op: 'listRoutes'; routes: RouteEntry[] }
 export interface DeviceHasIpv6Result { op: 'deviceHasIpv6'; hasIpv6: boolean }
 export interface AddressEntry { family: Family; address: string; prefixLen: number; dev: string }
 export interface ListAddressesResult { op: 'listAddresses'; addresses: AddressEntry[] }
-export interface SocketResult { op: 'socket'; fd: number }
+export interface SocketResult { op: 'socket' | 'netlinkWatch'; fd: number }
 export interface ExecResult { op: 'exec'; exitCode: number; signal: number; stdout: string; stderr: string }
 export interface NetnsIdResult { op: 'netnsId'; ino: number; dev: number }
 export interface NftGenerationResult { op: 'nftGeneration'; generation: number }
@@ -131,7 +134,7 @@ export type ResultOf<S extends Step> = S extends NftStep
         ? DeviceHasIpv6Result
         : S extends ListAddressesStep
           ? ListAddressesResult
-          : S extends SocketStep
+          : S extends SocketStep | NetlinkWatchStep
             ? SocketResult
             : S extends ExecStep
               ? ExecResult

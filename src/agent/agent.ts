@@ -14,6 +14,10 @@ import type { InpodRuleManager } from '../rules/manager.js';
 import { NftablesInpodRules } from '../rules/nftables-manager.js';
 import { defaultRuleSettings, NO_OVERRIDES } from '../rules/settings.js';
 import { TimedRuleManager } from '../rules/timed-manager.js';
+import { hostTarget, reconcileRegisteredPods } from '../reconcile/pod-targets.js';
+import { Reconciler } from '../reconcile/reconciler.js';
+import { StampedRules } from '../reconcile/stamped-rules.js';
+import { ROUTE_TABLE_INBOUND } from '../rules/constants.js';
 import { PodRegistry } from '../zds/registry.js';
 import { ZdsServer } from '../zds/server.js';
 import type { AgentConfig } from './config.js';
@@ -53,6 +57,8 @@ export class Agent {
   /** The rule manager as the pod sources use it (timed for the metrics). */
   readonly rules: InpodRuleManager;
   readonly metrics: AgentMetrics;
+  /** Live reconciliation of every enrolled pod and the host rules (src/reconcile/). */
+  readonly reconciler: Reconciler;
   /** The same, untimed: /debug/pods verifications are not pod operations. */
   readonly #backendRules: InpodRuleManager;
   readonly #log: Logger;
@@ -80,7 +86,8 @@ export class Agent {
     const metrics = this.metrics;
     const backend = config.backend === 'nftables' ? new NftablesInpodRules(this.addon, settings) : new IptablesInpodRules(this.addon, settings);
     this.#backendRules = backend;
-    this.rules = new TimedRuleManager(backend, (operation, seconds, ok) =>
+    const stamped = new StampedRules(backend);
+    this.rules = new TimedRuleManager(stamped, (operation, seconds, ok) =>
       metrics.ruleOperations.observe({ backend: backend.backend, operation, result: ok ? 'ok' : 'error' }, seconds),
     );
     this.zds = new ZdsServer({
@@ -100,11 +107,24 @@ export class Agent {
     this.registry = new PodRegistry(this.zds);
     const sourceDeps: SourceDeps = { config, addon: this.addon, rules: this.rules, registry: this.registry, settings, log: this.#log, metrics };
     this.source = (deps.makeSource ?? ((d) => new StandaloneSource(d)))(sourceDeps);
+    this.reconciler = new Reconciler({
+      addon: this.addon,
+      routeTable: ROUTE_TABLE_INBOUND,
+      intervalMs: config.reconcileEnrollmentIntervalMs,
+      log: this.#log,
+      metrics: {
+        repairs: (scope, reason) => metrics.reconcileRepairs.inc({ scope, reason }),
+        check: (scope, result) => metrics.reconcileChecks.inc({ scope, result }),
+      },
+    });
+    // Subscribed before the source restores anything, so restored pods are watched too.
+    reconcileRegisteredPods(this.reconciler, this.registry, stamped, this.source.reconcileHooks?.() ?? {});
     this.#plugin = new PluginEventServer(join(config.runDir, PLUGIN_EVENT_SOCKET), {
       add: (e) => this.source.cniAdd(e),
       del: (e) => this.source.cniDel(e),
       check: (e) => this.source.cniCheck(e),
       pendingAdd: (e) => this.source.pendingAdd?.(e),
+      gc: async (e) => this.source.cniGc?.(e),
     }, this.#log, deps.addAnswerMs !== undefined ? { addAnswerMs: deps.addAnswerMs } : {});
     this.#plugin.onRequest = (route, status, seconds) => {
       metrics.pluginRequests.inc({ response_code: String(status) });
@@ -133,6 +153,7 @@ export class Agent {
             (err: Error) => `error: ${err.message}`,
           );
         }
+        const reconcile = this.reconciler.status(entry.uid);
         return {
           uid: entry.uid,
           namespace: entry.workloadInfo.namespace,
@@ -140,6 +161,8 @@ export class Agent {
           serviceAccount: entry.workloadInfo.serviceAccount,
           netnsInode: netns?.ino ?? null,
           rules,
+          lastVerified: reconcile?.lastVerified ?? null,
+          repairs: reconcile?.repairs ?? 0,
           ztunnel: Object.fromEntries(connections.map((c) => [String(c.id), c.pods[entry.uid] ?? 'not sent'])),
         };
       }),
@@ -165,9 +188,12 @@ export class Agent {
     await this.#debug.start();
     if (this.#backendRules instanceof NftablesInpodRules) await this.#backendRules.warmUp();
     await this.source.prepare();
+    const host = this.source.hostReconcileTarget?.();
+    if (host) this.reconciler.add(hostTarget(host));
     this.zds.start();
     await this.#plugin.start();
     this.source.run();
+    this.reconciler.start();
     if (this.#installer) await this.#install(this.#installer);
     this.#log.info({ notReady: this.notReadyReasons() }, 'agent started');
   }
@@ -194,6 +220,7 @@ export class Agent {
    */
   async stop(): Promise<void> {
     this.#stop.abort();
+    this.reconciler.stop();
     const cleanUp = await this.source.shouldCleanUp().catch(() => false);
     await this.#plugin.close();
     await this.source.stop();

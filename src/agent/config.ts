@@ -59,6 +59,8 @@ export interface AgentConfig {
   disableSafeUpgrade: boolean;
   /** AMBIENT_RECONCILE_POD_RULES_ON_STARTUP (Istio's chart sets true). */
   reconcilePodRulesOnStartup: boolean;
+  /** AMBIENT_RECONCILE_ENROLLMENT_INTERVAL: the live reconciler's sweep; 0 turns the sweep off (events stay). */
+  reconcileEnrollmentIntervalMs: number;
   chainedCniPlugin: boolean;
   /** ISTIO_OWNED_CNI_CONFIG: write our own conflist that sorts first instead of editing the primary. */
   istioOwnedCniConfig: boolean;
@@ -112,6 +114,7 @@ export const OPTIONS: readonly Option[] = [
   { flag: 'ztunnel-wait-timeout', env: 'AMBIENT_ZTUNNEL_WAIT_TIMEOUT', fallback: '3s', help: `how long an ADD waits for a restarting ztunnel (Go duration, 0 to max ${MAX_ZTUNNEL_WAIT_MS}ms; 0 fails at once like Istio)`, kind: 'string' },
   { flag: 'reconcile-pod-rules-on-startup', env: 'AMBIENT_RECONCILE_POD_RULES_ON_STARTUP', fallback: 'true', help: 'verify and repair in-pod rules at start', kind: 'bool' },
   { flag: 'enable-ambient-detection-retry', env: 'ENABLE_AMBIENT_DETECTION_RETRY', fallback: 'false', help: "written into the CNI config entry for Istio's plugin (this plugin asks the agent, never the API server)", kind: 'bool' },
+  { flag: 'reconcile-enrollment-interval', env: 'AMBIENT_RECONCILE_ENROLLMENT_INTERVAL', fallback: '30s', help: 'sweep verifying every enrolled pod and the host rules (Go duration; 0 = events only)', kind: 'string' },
 ];
 
 /**
@@ -194,6 +197,12 @@ function ztunnelWait(raw: Raw, problems: string[]): number {
   return Math.round(ms);
 }
 
+function duration(raw: Raw, flag: string, problems: string[]): number {
+  const ms = parseGoDurationMs(raw[flag] ?? '');
+  if (ms === undefined) problems.push(`--${flag}: expected a duration such as 30s, 1m or 0, got ${JSON.stringify(raw[flag])}`);
+  return Math.round(ms ?? 0);
+}
+
 function backendOf(raw: string, problems: string[]): 'nftables' | 'iptables' {
   if (raw === 'nftables' || raw === 'iptables') return raw;
   const asBool = parseGoBool(raw); // NATIVE_NFTABLES=true|false, as Istio's chart sets it
@@ -253,6 +262,7 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
     systemNamespace: get('system-namespace'),
     disableSafeUpgrade: bool(raw, 'disable-safe-upgrade', problems),
     reconcilePodRulesOnStartup: bool(raw, 'reconcile-pod-rules-on-startup', problems),
+    reconcileEnrollmentIntervalMs: duration(raw, 'reconcile-enrollment-interval', problems),
     chainedCniPlugin: bool(raw, 'chained-cni-plugin', problems),
     istioOwnedCniConfig: bool(raw, 'istio-owned-cni-config', problems),
     istioOwnedCniConfigFilename: get('istio-owned-cni-config-filename') || undefined,

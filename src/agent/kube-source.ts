@@ -16,6 +16,9 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import { CoreV1Api } from '@kubernetes/client-node';
 import type { PodSource, SourceDeps } from './pod-source.js';
 import { onboardingPending } from '../pods/onboard.js';
+import { podIps } from '../kube/mesh-controller.js';
+import { NFT_TABLE_NAT } from '../rules/constants.js';
+import type { HostReconcileTarget, PodReconcileHooks } from '../reconcile/pod-targets.js';
 
 export interface KubeSourceOptions {
   kc: KubeConfig;
@@ -33,6 +36,8 @@ export interface KubeSourceOptions {
   host?: HostProbes & { start(): Promise<void>; cleanup(): Promise<void> };
   /** The agent's own netns (default /proc/self/ns/net; tests stand a pod netns in for it). */
   selfNetnsPath?: string;
+  /** Sandbox identity checks of every enrolled pod (AMBIENT_RECONCILE_ENROLLMENT_INTERVAL); 0 = only on address events. */
+  sandboxCheckIntervalMs?: number;
   finder?: NetnsFinder;
 }
 
@@ -45,6 +50,8 @@ export class KubernetesSource implements PodSource {
   readonly #api: KubeApi;
   readonly #core: CoreV1Api;
   readonly #enablement: Enablement;
+  #sandboxTimer: NodeJS.Timeout | undefined;
+  readonly #sandboxChecks = new Map<string, NodeJS.Timeout>();
   /** The node's netns, where the host rules live (src/host/host-netns.ts); held for the agent's lifetime. */
   readonly #hostNetns: NetnsHandle | undefined;
   /** Why the host-side work is refused (the node's netns is not ours and switching is off). */
@@ -170,6 +177,54 @@ export class KubernetesSource implements PodSource {
 
   run(): void {
     this.controller.queue.resume();
+    const every = this.opts.sandboxCheckIntervalMs ?? this.deps.config.reconcileEnrollmentIntervalMs ?? 0;
+    if (every > 0) {
+      this.#sandboxTimer = setInterval(() => {
+        for (const { uid } of this.deps.registry.snapshot()) this.#checkSandboxSoon(uid, 0);
+      }, every);
+      this.#sandboxTimer.unref();
+    }
+  }
+
+  /** Live reconciliation: Kubernetes-mode overrides, the removal lock, annotations that tell the truth. */
+  reconcileHooks(): PodReconcileHooks {
+    return {
+      exclusive: (uid, work) => this.controller.exclusive(uid, work),
+      overridesFor: (uid) => this.controller.overridesFor(uid),
+      onOutcome: (uid, outcome) => {
+        if (outcome.status === 'failed') {
+          this.controller.markRepairFailed(uid).catch((err: unknown) => this.deps.log.warn({ uid, err: (err as Error).message }, 'could not mark the pod pending'));
+        } else {
+          this.controller.markRepaired(uid);
+        }
+      },
+      onAddressesChanged: (uid) => this.#checkSandboxSoon(uid, 100),
+    };
+  }
+
+  /** The host dataplane's rules in the host netns (only when this source owns the real one). */
+  hostReconcileTarget(): HostReconcileTarget | undefined {
+    const host = this.host;
+    if (!(host instanceof HostDataplane) || !this.#hostNetns) return undefined;
+    return {
+      netns: this.#hostNetns,
+      // nftables: the probe rule and sets; kube-proxy's and the CNI's commits are not ours. iptables
+      // (iptables-nft) writes its chain through nf_tables tables it shares: every change counts.
+      ...(host.backend === 'nftables' ? { nftTables: [NFT_TABLE_NAT] } : {}),
+      verify: () => host.verify(),
+      repair: () => host.repair(this.controller.enrolledPods().map((p) => ({ uid: p.metadata?.uid ?? '', ips: podIps(p) }))),
+    };
+  }
+
+  /** Debounced per pod: a sandbox replacement comes with a burst of address events. */
+  #checkSandboxSoon(uid: string, delayMs: number): void {
+    if (this.#sandboxChecks.has(uid)) return;
+    const timer = setTimeout(() => {
+      this.#sandboxChecks.delete(uid);
+      this.controller.checkSandbox(uid).catch((err: unknown) => this.deps.log.warn({ uid, err: (err as Error).message }, 'sandbox check failed'));
+    }, delayMs);
+    timer.unref();
+    this.#sandboxChecks.set(uid, timer);
   }
 
   cniAdd(e: PluginAddEvent): Promise<void> {
@@ -221,6 +276,9 @@ export class KubernetesSource implements PodSource {
   }
 
   async stop(): Promise<void> {
+    if (this.#sandboxTimer) clearInterval(this.#sandboxTimer);
+    for (const timer of this.#sandboxChecks.values()) clearTimeout(timer);
+    this.#sandboxChecks.clear();
     this.controller.queue.stop();
     await Promise.all([this.pods.stop(), this.namespaces.stop()]);
   }

@@ -6,7 +6,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { silentLogger, type Logger } from '../ops/log.js';
 import { closeServer, listenPrivateSocket } from '../util/http-server.js';
 import { isCniIdentifier, isDnsLabel, isDnsSubdomain, isPlainIp, MAX_CONTAINER_ID_BYTES, netnsPathProblem } from '../cni/fields.js';
-import { ADD_ANSWER_MS, ROUTE_ADD, ROUTE_CHECK, ROUTE_DEL, type PluginAddEvent, type PluginDelEvent, type PluginIpConfig } from '../cni/protocol.js';
+import { ADD_ANSWER_MS, ROUTE_ADD, ROUTE_CHECK, ROUTE_DEL, ROUTE_GC, type PluginAddEvent, type PluginDelEvent, type PluginGcEvent, type PluginIpConfig } from '../cni/protocol.js';
 import { answerWithin } from '../util/deadline.js';
 
 const MAX_BODY_BYTES = 64 * 1024;
@@ -31,6 +31,8 @@ export interface PluginEventHandlers {
   check(event: PluginAddEvent): Promise<string | undefined>;
   /** What an ADD still running at the answer deadline waits for ("ztunnel has not acknowledged it"). */
   pendingAdd?(event: PluginAddEvent): string | undefined;
+  /** CNI GC; without a handler a GC is answered 200 and does nothing. */
+  gc?(event: PluginGcEvent): Promise<void>;
 }
 
 export interface PluginEventServerOptions {
@@ -136,6 +138,28 @@ export function parseDelEvent(body: unknown): PluginDelEvent {
   };
 }
 
+/**
+ * Every attachment the runtime still has. An entry whose container ID no ADD could have carried
+ * is dropped rather than refused: it cannot match an enrolment, and refusing the whole GC would
+ * keep every stale one.
+ */
+export function parseGcEvent(body: unknown): PluginGcEvent {
+  const b = object(body, 'body');
+  const list = b['ValidAttachments'] ?? [];
+  if (!Array.isArray(list)) throw new BadRequest('ValidAttachments must be an array');
+  const valid: PluginGcEvent['ValidAttachments'] = [];
+  for (const a of list as unknown[]) {
+    try {
+      const entry = object(a, 'ValidAttachments[]');
+      const ifname = typeof entry['IfName'] === 'string' ? entry['IfName'] : '';
+      valid.push({ ContainerID: field(entry, 'ContainerID', true, containerId), IfName: ifname });
+    } catch (err) {
+      if (!(err instanceof BadRequest)) throw err;
+    }
+  }
+  return { ValidAttachments: valid };
+}
+
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 /**
@@ -190,7 +214,7 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
 
 /** Keys of the per-route counters: the three routes, everything else is one key. */
 function routeKey(route: string): string {
-  return route === ROUTE_ADD || route === ROUTE_DEL || route === ROUTE_CHECK ? route : 'other';
+  return route === ROUTE_ADD || route === ROUTE_DEL || route === ROUTE_CHECK || route === ROUTE_GC ? route : 'other';
 }
 
 /** Called after each request with its route, status and duration (metrics). */
@@ -310,6 +334,8 @@ export class PluginEventServer {
         return void (await this.#addInTime(parseAddEvent(json)));
       case ROUTE_DEL:
         return void (await this.handlers.del(parseDelEvent(json)));
+      case ROUTE_GC:
+        return void (await this.handlers.gc?.(parseGcEvent(json)));
       case ROUTE_CHECK: {
         const problem = await this.handlers.check(parseAddEvent(json));
         if (problem) throw new Error(problem);

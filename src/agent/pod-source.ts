@@ -3,12 +3,13 @@
 // rules, kube-source.ts, loaded only in that mode so a standalone agent starts without the
 // Kubernetes client). The agent wires either one to the plugin-event server and the ZDS server.
 import type { NetAddon } from '../addon/net-addon.js';
-import type { PluginAddEvent, PluginDelEvent } from '../cni/protocol.js';
+import type { PluginAddEvent, PluginDelEvent, PluginGcEvent } from '../cni/protocol.js';
 import type { Logger } from '../ops/log.js';
 import type { AgentMetrics } from '../ops/metrics.js';
 import type { CniPod } from '../pods/enroller.js';
 import type { InpodRuleManager } from '../rules/manager.js';
 import type { PodOverrides, RuleSettings } from '../rules/settings.js';
+import type { HostReconcileTarget, PodReconcileHooks } from '../reconcile/pod-targets.js';
 import type { PodRegistry } from '../zds/registry.js';
 import type { AgentConfig } from './config.js';
 
@@ -24,6 +25,8 @@ export interface PodSource {
   pendingAdd?(e: PluginAddEvent): string | undefined;
   cniDel(e: PluginDelEvent): Promise<void>;
   cniCheck(e: PluginAddEvent): Promise<string | undefined>;
+  /** CNI GC (optional: Kubernetes mode follows its informer instead). */
+  cniGc?(e: PluginGcEvent): Promise<void>;
   notReadyReasons(): string[];
   /** On SIGTERM: should node-level artefacts (CNI config, binary, host rules) be removed? */
   shouldCleanUp(): Promise<boolean>;
@@ -34,6 +37,10 @@ export interface PodSource {
   close?(): void;
   /** The pod's rule overrides (from its annotations), for verification. */
   overridesFor?(uid: string): PodOverrides;
+  /** What live reconciliation needs from this mode (see src/reconcile/pod-targets.ts). */
+  reconcileHooks?(): PodReconcileHooks;
+  /** The host rules to watch and repair, once prepare() set them up (Kubernetes mode). */
+  hostReconcileTarget?(): HostReconcileTarget | undefined;
 }
 
 export interface SourceDeps {

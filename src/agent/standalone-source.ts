@@ -1,7 +1,8 @@
 // Standalone mode: pods come only from the CNI path; the enrolled pods are kept in the run dir.
-import type { PluginAddEvent, PluginDelEvent } from '../cni/protocol.js';
+import type { PluginAddEvent, PluginDelEvent, PluginGcEvent } from '../cni/protocol.js';
 import { PodEnroller } from '../pods/enroller.js';
 import { PodStateStore } from '../pods/state-store.js';
+import type { PodReconcileHooks } from '../reconcile/pod-targets.js';
 import { describeDrift } from '../rules/drift.js';
 import { writeEnablementSnapshot } from './enablement-file.js';
 import { cniPodOf, type PodSource, type SourceDeps } from './pod-source.js';
@@ -72,6 +73,16 @@ export class StandaloneSource implements PodSource {
     const drift = await this.enroller.check(uid);
     if (!drift) return `pod ${e.PodNamespace}/${e.PodName} is not enrolled`;
     return drift.inSync ? undefined : `in-pod rules drifted: ${describeDrift(drift).join('; ')}`;
+  }
+
+  /** CNI GC: enrolments whose container the runtime no longer has are removed (ztunnel gets the del). */
+  cniGc(e: PluginGcEvent): Promise<void> {
+    return this.enroller.collectGarbage(new Set(e.ValidAttachments.map((a) => a.ContainerID)));
+  }
+
+  /** Repairs run in the pod's queue, never alongside its ADD or DEL; no overrides without Kubernetes. */
+  reconcileHooks(): PodReconcileHooks {
+    return { exclusive: (uid, work) => this.enroller.exclusive(uid, work) };
   }
 
   notReadyReasons(): string[] {

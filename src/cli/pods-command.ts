@@ -7,7 +7,8 @@ import { UsageError } from './usage-error.js';
 export const PODS_USAGE = `usage: ambient-node-agent pods [--run-dir /var/run/istio-cni] [--json]
 
 Prints every pod the running agent tracks: its netns inode, whether its in-pod rules are as
-expected right now (verified on request), and what each ztunnel connection said about it.
+expected right now (verified on request), when live reconciliation last verified them and how
+often it repaired them, and what each ztunnel connection said about it.
 Asks the agent on <run dir>/debug.sock (root only); --run-dir defaults to CNI_AGENT_RUN_DIR,
 then /var/run/istio-cni, as for \`run\`.
 `;
@@ -16,17 +17,19 @@ interface DebugPods {
   mode: string;
   ready: boolean;
   connections: Array<{ id: number; state: string; connectedAt: string }>;
-  pods: Array<{ uid: string; namespace: string; name: string; netnsInode: number | null; rules: string; ztunnel: Record<string, string> }>;
+  pods: Array<{ uid: string; namespace: string; name: string; netnsInode: number | null; rules: string; lastVerified?: string | null; repairs?: number; ztunnel: Record<string, string> }>;
 }
 
 export function podsTable(body: DebugPods): string {
-  const header = ['NAMESPACE', 'NAME', 'UID', 'NETNS', 'RULES', 'ZTUNNEL'];
+  const header = ['NAMESPACE', 'NAME', 'UID', 'NETNS', 'RULES', 'LAST VERIFIED', 'REPAIRS', 'ZTUNNEL'];
   const rows = body.pods.map((p) => [
     p.namespace,
     p.name,
     p.uid,
     p.netnsInode === null ? '-' : String(p.netnsInode),
     p.rules,
+    p.lastVerified ?? '-',
+    String(p.repairs ?? 0),
     Object.entries(p.ztunnel).map(([conn, state]) => `#${conn}:${state}`).join(' ') || 'no ztunnel',
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));

@@ -26,6 +26,8 @@ export const ADD_ANSWER_MS = PLUGIN_AGENT_TIMEOUT_MS - 1_000;
 export const ROUTE_ADD = '/cmdadd';
 export const ROUTE_DEL = '/cmddel';
 export const ROUTE_CHECK = '/cmdcheck';
+/** CNI 1.1 GC: this project's addition (Istio's agent answers Go's 404, which the plugin ignores). */
+export const ROUTE_GC = '/cmdgc';
 
 /** net.IPNet as Go marshals it: the mask is the base64 of its bytes ("////AA==" is /24). */
 export interface PluginIpConfig {
@@ -51,6 +53,11 @@ export interface PluginDelEvent {
   PodNamespace: string;
   PodUID?: string;
   ContainerID?: string;
+}
+
+/** POST /cmdgc: the runtime's cni.dev/valid-attachments for this network. */
+export interface PluginGcEvent {
+  ValidAttachments: Array<{ ContainerID: string; IfName: string }>;
 }
 
 /**

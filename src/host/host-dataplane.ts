@@ -165,6 +165,23 @@ export class HostDataplane {
     this.#log.info({ backend: this.backend }, 'host probe rules and probe sets removed');
   }
 
+  /**
+   * Puts the host side back after someone removed it (`nft flush ruleset`, a firewalld reload):
+   * the sets, the probe rules, and the enrolled pods' IPs in the sets. nftables matches the
+   * kubelet UID start() found; iptables needs none.
+   */
+  async repair(pods: readonly EnrolledPod[]): Promise<void> {
+    await this.probeSets.ensure();
+    if (this.#rules instanceof IptablesHostRules) {
+      await this.#rules.apply(this.#opts.hostNetns);
+    } else {
+      const uid = this.kubeletUid;
+      if (uid === undefined) throw new Error('host dataplane not started: the kubelet UID is not known yet');
+      await this.#rules.apply(this.#opts.hostNetns, uid);
+    }
+    await this.syncEnrolled(pods);
+  }
+
   /** Drift of the host rules (against Istio's golden rules) plus probe sets that are missing. */
   async verify(): Promise<DriftReport> {
     let rules: DriftReport;

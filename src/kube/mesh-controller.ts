@@ -11,7 +11,10 @@ import type { PluginAddEvent } from '../cni/protocol.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { PodNetnsOpener } from '../pods/netns-path.js';
 import { onboardPod, RuleApplyError, type OnboardResult } from '../pods/onboard.js';
+import { verifyAndRepair } from '../reconcile/repair.js';
 import { describeDrift } from '../rules/drift.js';
+import { KeyedQueue } from '../util/keyed-queue.js';
+import { mapLimit } from '../util/map-limit.js';
 import type { InpodRuleManager } from '../rules/manager.js';
 import { podOverridesFromAnnotations, type PodOverrides } from '../rules/settings.js';
 import { isRetryable } from '../zds/errors.js';
@@ -106,8 +109,13 @@ export function podIps(pod: V1Pod): string[] {
   return pod.status?.podIP ? [pod.status.podIP] : [];
 }
 
+/** Restored pods verified side by side (as standalone mode), on the addon's threads. */
+const STARTUP_VERIFY_CONCURRENCY = 8;
+
 export class MeshController {
   readonly queue: RetryQueue;
+  /** Per pod UID: a removal and a reconciler repair never interleave. */
+  readonly #locks = new KeyedQueue();
   readonly #log: Logger;
   readonly #opener: PodNetnsOpener;
 
@@ -197,8 +205,17 @@ export class MeshController {
     log.info({ ips, rulesMs: timings.rulesMs, zdsMs: timings.zdsMs }, 'pod enrolled');
   }
 
+  /** Runs `work` under the pod's lock (the reconciler's repairs). */
+  exclusive<T>(uid: string, work: () => Promise<T>): Promise<T> {
+    return this.#locks.run(uid, work);
+  }
+
   /** Probe set (UID-checked), in-pod rules unless the pod is being deleted, ztunnel, annotation. */
-  async removePodFromMesh(pod: V1Pod, isDelete: boolean): Promise<void> {
+  removePodFromMesh(pod: V1Pod, isDelete: boolean): Promise<void> {
+    return this.#locks.run(podUid(pod), () => this.#removePodFromMesh(pod, isDelete));
+  }
+
+  async #removePodFromMesh(pod: V1Pod, isDelete: boolean): Promise<void> {
     const uid = podUid(pod);
     await this.deps.host.podRemoved(uid, podIps(pod));
     const netns = this.deps.registry.netnsOf(uid);
@@ -314,10 +331,14 @@ export class MeshController {
     const wanted = pods.map((p) => ({ uid: podUid(p), ips: podIps(p) }));
     await this.deps.host.syncEnrolled(wanted);
     const found = await this.deps.finder.find(wanted);
-    let repaired = 0;
+    const verify = this.deps.reconcileRulesOnStartup !== false;
+    const results = await mapLimit(pods, STARTUP_VERIFY_CONCURRENCY, async (pod) => {
+      const netns = found.get(podUid(pod));
+      return netns && verify ? this.#repair(pod, netns) : false;
+    });
+    const repaired = results.filter(Boolean).length;
     for (const pod of pods) {
       const netns = found.get(podUid(pod));
-      if (netns && this.deps.reconcileRulesOnStartup !== false && (await this.#repair(pod, netns))) repaired++;
       this.deps.registry.adopt(
         { uid: podUid(pod), name: pod.metadata?.name ?? '', namespace: pod.metadata?.namespace ?? '', serviceAccount: pod.spec?.serviceAccountName || 'default' },
         netns,
@@ -329,15 +350,75 @@ export class MeshController {
   }
 
   async #repair(pod: V1Pod, netns: NetnsHandle): Promise<boolean> {
-    try {
-      const drift = await this.deps.rules.verify(netns, this.#overrides(pod));
-      if (drift.inSync) return false;
-      this.#log.warn({ pod: podKey(pod), drift: describeDrift(drift) }, 'in-pod rules drifted; repairing');
-      await this.deps.rules.apply(netns, this.#overrides(pod));
-      return true;
-    } catch (err) {
-      if (!hasErrorCode(err, 'ENOENT')) this.#log.error({ pod: podKey(pod), err: (err as Error).message }, 'could not repair in-pod rules; try restarting the pod');
-      return false;
+    const overrides = this.#overrides(pod);
+    const outcome = await verifyAndRepair({
+      verify: () => this.deps.rules.verify(netns, overrides),
+      repair: async () => {
+        await this.deps.rules.apply(netns, overrides);
+      },
+    });
+    if (outcome.status === 'in-sync') return false;
+    this.#log.warn({ pod: podKey(pod), drift: outcome.drift, reason: outcome.reason }, 'in-pod rules drifted; repairing');
+    if (outcome.status === 'repaired') return true;
+    if (!hasErrorCode(outcome.error, 'ENOENT')) this.#log.error({ pod: podKey(pod), err: outcome.error.message }, 'could not repair in-pod rules; try restarting the pod');
+    return false;
+  }
+
+  // ---- live reconciliation (src/reconcile/) ----------------------------------------------------
+
+  podByUid(uid: string): V1Pod | undefined {
+    return this.deps.pods.list().find((p) => podUid(p) === uid);
+  }
+
+  overridesFor(uid: string): PodOverrides {
+    const pod = this.podByUid(uid);
+    return pod ? this.#overrides(pod) : podOverridesFromAnnotations({}).overrides;
+  }
+
+  /**
+   * A repair failed: the annotation must not claim `enabled` while the rules are not in place.
+   * `pending` is Istio's value for "not fully enrolled"; the reconciler keeps retrying.
+   */
+  async markRepairFailed(uid: string): Promise<void> {
+    const pod = this.podByUid(uid);
+    if (pod && redirectionState(pod) === 'enabled') await this.#annotate(pod, 'pending');
+  }
+
+  /** The rules are back: the pod goes through the normal path (ztunnel add, then `enabled`). */
+  markRepaired(uid: string): void {
+    const pod = this.podByUid(uid);
+    if (pod && redirectionState(pod) === 'pending') this.podUpdated(pod, pod);
+  }
+
+  /**
+   * The sandbox check (istio#61182): the registered netns must still hold one of the pod's IPs.
+   * When it does not, the netns holding them now (the runtime re-created the sandbox) is found
+   * in /proc and the pod is re-enrolled with it; the old handle is released by the registry.
+   */
+  async checkSandbox(uid: string): Promise<'same' | 'replaced' | 'unknown'> {
+    const pod = this.podByUid(uid);
+    const netns = this.deps.registry.netnsOf(uid);
+    if (!pod || !netns || netns.closed || redirectionState(pod) === undefined) return 'unknown';
+    const ips = podIps(pod);
+    if (ips.length === 0) return 'unknown';
+    const [listed] = await this.deps.addon.run(netns, [{ op: 'listAddresses' }] as const).catch(() => [{ addresses: [] }] as const);
+    if (listed.addresses.some((a) => ips.includes(a.address))) return 'same';
+    const found = (await this.deps.finder.find([{ uid, ips }])).get(uid);
+    if (!found) return 'unknown';
+    if (found.ino === netns.ino && found.dev === netns.dev) {
+      found.close();
+      return 'same';
     }
+    this.#log.warn({ pod: podKey(pod), uid, oldNetnsIno: netns.ino, newNetnsIno: found.ino }, 'sandbox netns replaced; re-enrolling the pod with the new one');
+    await this.exclusive(uid, async () => {
+      await onboardPod(this.deps, this.#identityOf(pod), found, this.#overrides(pod));
+      await this.deps.host.podEnrolled(uid, ips);
+      await this.#annotate(pod, 'enabled');
+    });
+    return 'replaced';
+  }
+
+  #identityOf(pod: V1Pod): { uid: string; name: string; namespace: string; serviceAccount: string } {
+    return { uid: podUid(pod), name: pod.metadata?.name ?? '', namespace: pod.metadata?.namespace ?? '', serviceAccount: pod.spec?.serviceAccountName || 'default' };
   }
 }

@@ -53,6 +53,18 @@ export class AgentMetrics {
     buckets: LATENCY_BUCKETS,
     registers: [this.registry],
   });
+  readonly reconcileRepairs = new Counter({
+    name: 'ambient_node_agent_reconcile_repairs_total',
+    help: 'Rules found drifted and re-applied by live reconciliation, by scope (pod, host) and what drifted',
+    labelNames: ['scope', 'reason'],
+    registers: [this.registry],
+  });
+  readonly reconcileChecks = new Counter({
+    name: 'ambient_node_agent_reconcile_checks_total',
+    help: 'Live reconciliation checks (event-driven and sweep), by scope and result (in-sync, repaired, failed)',
+    labelNames: ['scope', 'result'],
+    registers: [this.registry],
+  });
 
   constructor() {
     collectDefaultMetrics({ register: this.registry });

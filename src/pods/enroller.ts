@@ -3,7 +3,8 @@
 // to pick the enrolled pods up again). One operation per pod at a time.
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
 import { silentLogger, type Logger } from '../ops/log.js';
-import { describeDrift, type DriftReport } from '../rules/drift.js';
+import type { DriftReport } from '../rules/drift.js';
+import { verifyAndRepair } from '../reconcile/repair.js';
 import type { InpodRuleManager, RulesStamp } from '../rules/manager.js';
 import { NO_OVERRIDES } from '../rules/settings.js';
 import { KeyedQueue } from '../util/keyed-queue.js';
@@ -137,6 +138,25 @@ export class PodEnroller {
     });
   }
 
+  /**
+   * CNI GC: removes every enrolment whose container ID is not among the runtime's valid ones
+   * (a lost DEL would otherwise keep its netns open through our fd forever). Pods enrolled
+   * without a container ID (Istio's plugin sends none) cannot be matched and are kept.
+   */
+  async collectGarbage(validContainerIds: ReadonlySet<string>): Promise<void> {
+    // A pod whose ADD is still running may be missing from a list the runtime made just before.
+    const stale = this.deps.store.list().filter((p) => p.containerId && !validContainerIds.has(p.containerId) && !this.#queue.busy(p.uid));
+    for (const pod of stale) {
+      this.#log.info({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid, containerId: pod.containerId }, 'CNI GC: the runtime no longer has this attachment; removing the pod');
+      await this.remove(pod.uid);
+    }
+  }
+
+  /** Runs `task` in the pod's queue: never alongside its ADD, DEL or restore (the reconciler's repairs). */
+  exclusive<T>(uid: string, task: () => Promise<T>): Promise<T> {
+    return this.#queue.run(uid, task);
+  }
+
   /** Finds the UID of a pod by namespace and name (Istio's plugin does not send UIDs). */
   uidOf(namespace: string, name: string): string | undefined {
     return this.deps.store.list().find((p) => p.namespace === namespace && p.name === name)?.uid;
@@ -211,20 +231,23 @@ export class PodEnroller {
     const log = this.#log.child({ uid });
     const stored = this.deps.store.get(uid)?.nftGeneration;
     const stamp = stored === undefined ? undefined : { nftGeneration: stored };
-    const drift = await this.deps.rules.verify(netns, NO_OVERRIDES, stamp).catch((err: unknown) => ({ error: err as Error }));
-    if (!('error' in drift) && drift.inSync) return false;
-    log.warn({ drift: 'error' in drift ? drift.error.message : describeDrift(drift) }, 'in-pod rules drifted; re-applying');
-    // A pod whose repair fails stays enrolled (ztunnel keeps serving it); CHECK will report it.
-    return this.deps.rules.apply(netns, NO_OVERRIDES).then(
-      (repaired) => {
-        this.#remember(uid, repaired);
-        return true;
+    let repairedStamp: RulesStamp | undefined;
+    const outcome = await verifyAndRepair({
+      verify: () => this.deps.rules.verify(netns, NO_OVERRIDES, stamp),
+      repair: async () => {
+        repairedStamp = await this.deps.rules.apply(netns, NO_OVERRIDES);
       },
-      (err: unknown) => {
-        log.error({ err: (err as Error).message }, 'could not repair in-pod rules');
-        return false;
-      },
-    );
+    });
+    if (outcome.status === 'in-sync') return false;
+    log.warn({ drift: outcome.drift, reason: outcome.reason }, 'in-pod rules drifted; re-applying');
+    // A pod whose repair fails stays enrolled (ztunnel keeps serving it); CHECK and the
+    // reconciler report it, and the reconciler retries.
+    if (outcome.status === 'failed') {
+      log.error({ err: outcome.error.message }, 'could not repair in-pod rules');
+      return false;
+    }
+    this.#remember(uid, repairedStamp);
+    return true;
   }
 
   /**

@@ -14,6 +14,11 @@ export interface RulesStamp {
   nftGeneration: number;
 }
 
+/** A verification, and (nftables) the stamp that proves it until the next commit in the netns. */
+export interface VerifyResult extends DriftReport {
+  stamp?: RulesStamp;
+}
+
 export interface InpodRuleManager {
   readonly backend: Backend;
   /** Installs the redirection; applying again leaves exactly one copy. */
@@ -22,9 +27,10 @@ export interface InpodRuleManager {
   remove(ns: NetnsHandle): Promise<void>;
   /**
    * Reports missing or extra tables, chains, rules, ip rules and routes. With the stamp of the
-   * last apply, an unchanged generation proves the tables unchanged without listing them.
+   * last apply, an unchanged generation proves the tables unchanged without listing them. An
+   * in-sync result carries the stamp that lets the next verify skip the listing.
    */
-  verify(ns: NetnsHandle, overrides: PodOverrides, stamp?: RulesStamp): Promise<DriftReport>;
+  verify(ns: NetnsHandle, overrides: PodOverrides, stamp?: RulesStamp): Promise<VerifyResult>;
 }
 
 /**

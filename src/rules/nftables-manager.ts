@@ -3,7 +3,7 @@
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
 import { CanonicalListings, isAmbientTable, LIST_RULESET_STEP } from './canonical.js';
 import { diffRulesets, driftReport, mergeDrift, type DriftReport } from './drift.js';
-import type { InpodRuleManager, RulesStamp } from './manager.js';
+import type { InpodRuleManager, RulesStamp, VerifyResult } from './manager.js';
 import { wrapRuleError } from './manager.js';
 import { buildInpodModel } from './model.js';
 import { parseNftListing } from './nft-listing.js';
@@ -63,22 +63,30 @@ export class NftablesInpodRules implements InpodRuleManager {
     });
   }
 
-  verify(ns: NetnsHandle, overrides: PodOverrides, stamp?: RulesStamp): Promise<DriftReport> {
+  verify(ns: NetnsHandle, overrides: PodOverrides, stamp?: RulesStamp): Promise<VerifyResult> {
     return wrapRuleError('verify', ns, this.backend, async () => {
       if (stamp) {
         // Unchanged generation: nobody committed anything since our apply, so only the routing
         // (outside nftables) needs a look, and the ruleset is not listed at all.
         const [generation, ...routing] = await this.addon.run(ns, [GENERATION, ...routingListSteps(this.settings.ipv6)]);
         if ((generation as { generation: number }).generation === stamp.nftGeneration) {
-          return routingDrift(routingStates(this.settings.ipv6, routing));
+          return withStamp(routingDrift(routingStates(this.settings.ipv6, routing)), stamp.nftGeneration);
         }
       }
       const expected = await this.#canonical.get(this.script(overrides));
-      const [listed, ...routing] = await this.addon.run(ns, [LIST_RULESET_STEP, ...routingListSteps(this.settings.ipv6)]);
+      const [before, listed, after, ...routing] = await this.addon.run(ns, [GENERATION, LIST_RULESET_STEP, GENERATION, ...routingListSteps(this.settings.ipv6)]);
       const text = (listed as { output: string }).output;
       // The common case (a restart with 100+ pods): the very same text, nothing to parse.
       const tables = text === expected.text ? driftReport([], []) : diffRulesets(expected.parsed, parseNftListing(text, isAmbientTable));
-      return mergeDrift(tables, routingDrift(routingStates(this.settings.ipv6, routing)));
+      const report = mergeDrift(tables, routingDrift(routingStates(this.settings.ipv6, routing)));
+      // A listing between two equal generations is the ruleset of that generation: a stamp.
+      const g = (before as { generation: number }).generation;
+      return g === (after as { generation: number }).generation ? withStamp(report, g) : report;
     });
   }
+}
+
+/** Only an in-sync verification proves anything for later. */
+function withStamp(report: DriftReport, nftGeneration: number): VerifyResult {
+  return report.inSync ? { ...report, stamp: { nftGeneration } } : report;
 }

@@ -1,8 +1,7 @@
 // Times every rule operation (for the rule-operation latency histogram) without the managers
 // knowing about metrics.
 import type { NetnsHandle } from '../addon/net-addon.js';
-import type { DriftReport } from './drift.js';
-import type { InpodRuleManager, RuleOperation, RulesStamp } from './manager.js';
+import type { InpodRuleManager, RuleOperation, RulesStamp, VerifyResult } from './manager.js';
 import type { PodOverrides } from './settings.js';
 
 export type RuleTimingObserver = (operation: RuleOperation, seconds: number, ok: boolean) => void;
@@ -25,7 +24,7 @@ export class TimedRuleManager implements InpodRuleManager {
     return this.#time('remove', () => this.inner.remove(ns));
   }
 
-  verify(ns: NetnsHandle, overrides: PodOverrides, stamp?: RulesStamp): Promise<DriftReport> {
+  verify(ns: NetnsHandle, overrides: PodOverrides, stamp?: RulesStamp): Promise<VerifyResult> {
     return this.#time('verify', () => this.inner.verify(ns, overrides, stamp));
   }
 

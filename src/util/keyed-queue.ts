@@ -14,6 +14,11 @@ export class KeyedQueue {
     return result;
   }
 
+  /** Whether a task for `key` is queued or running. */
+  busy(key: string): boolean {
+    return this.#tails.has(key);
+  }
+
   get size(): number {
     return this.#tails.size;
   }

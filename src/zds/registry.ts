@@ -15,10 +15,14 @@ interface RegisteredPod {
   netns: NetnsHandle | undefined;
 }
 
+/** Told whenever a pod's registered netns changes: a new handle, or undefined when it left. */
+export type NetnsListener = (uid: string, netns: NetnsHandle | undefined) => void;
+
 export class PodRegistry {
   readonly #pods = new Map<string, RegisteredPod>();
   /** Announcements sent (or waiting for a ztunnel) and not acknowledged yet, per pod. */
   readonly #announcing = new Map<string, number>();
+  readonly #listeners = new Set<NetnsListener>();
 
   constructor(private readonly zds: ZdsSink) {}
 
@@ -44,7 +48,7 @@ export class PodRegistry {
     const info = { name: pod.name, namespace: pod.namespace, serviceAccount: pod.serviceAccount };
     const current = this.#pods.get(pod.uid);
     const keep = this.#chooseNetns(current?.netns, netns);
-    this.#pods.set(pod.uid, { info, netns: keep });
+    this.#set(pod.uid, { info, netns: keep });
     return keep;
   }
 
@@ -74,13 +78,14 @@ export class PodRegistry {
   adopt(pod: PodIdentity, netns: NetnsHandle | undefined): void {
     const current = this.#pods.get(pod.uid);
     const info = { name: pod.name, namespace: pod.namespace, serviceAccount: pod.serviceAccount };
-    this.#pods.set(pod.uid, { info, netns: this.#chooseNetns(current?.netns, netns) });
+    this.#set(pod.uid, { info, netns: this.#chooseNetns(current?.netns, netns) });
   }
 
   /** Forgets the pod, closes its netns and tells every ztunnel. Unknown UIDs are fine. */
   async delete(uid: string): Promise<void> {
     const pod = this.#pods.get(uid);
     this.#pods.delete(uid);
+    if (pod?.netns) this.#notify(uid, undefined);
     pod?.netns?.close();
     await this.zds.podDeleted(uid);
   }
@@ -97,14 +102,37 @@ export class PodRegistry {
     return this.#pods.get(uid)?.netns;
   }
 
+  workloadOf(uid: string): WorkloadInfo | undefined {
+    return this.#pods.get(uid)?.info;
+  }
+
+  /** Calls `listener` on every netns change from now on (the reconciler watches these); returns the unsubscribe. */
+  observe(listener: NetnsListener): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
   snapshot(): SnapshotEntry[] {
     return [...this.#pods].map(([uid, pod]) => ({ uid, workloadInfo: pod.info, ...(pod.netns ? { netns: pod.netns } : {}) }));
   }
 
   /** Closes every handle (agent shutdown). ztunnel keeps its own copies of the fds. */
   close(): void {
-    for (const pod of this.#pods.values()) pod.netns?.close();
+    for (const [uid, pod] of this.#pods) {
+      if (pod.netns) this.#notify(uid, undefined);
+      pod.netns?.close();
+    }
     this.#pods.clear();
+  }
+
+  #set(uid: string, pod: RegisteredPod): void {
+    const before = this.#pods.get(uid)?.netns;
+    this.#pods.set(uid, pod);
+    if (before !== pod.netns) this.#notify(uid, pod.netns);
+  }
+
+  #notify(uid: string, netns: NetnsHandle | undefined): void {
+    for (const listener of this.#listeners) listener(uid, netns);
   }
 
   /** Same namespace (inode and device) as before: keep the old handle, close the new one. */

@@ -5,6 +5,7 @@ import { closeSync, openSync } from 'node:fs';
 import type { RawExecutorStats } from '../../src/addon/binding.js';
 import { systemError } from '../../src/addon/errors.js';
 import type { NetAddon, NetnsHandle, NetnsTarget } from '../../src/addon/net-addon.js';
+import type { NetnsChanges, NetnsWatch, WatchOptions } from '../../src/addon/netns-watch.js';
 import type { FwmarkRuleEntry, ResultsOf, RouteEntry, Step } from '../../src/addon/steps.js';
 
 export interface FakeNamespace {
@@ -96,6 +97,36 @@ export class FakeNetAddon implements NetAddon {
   }
 
   warmUp(): void {}
+
+  /** Open watches by netns path; a test fires them with notify(). */
+  readonly watches = new Map<string, Array<{ watch: NetnsWatch; opts: WatchOptions }>>();
+
+  async watchNetns(ns: NetnsHandle, opts: WatchOptions): Promise<NetnsWatch> {
+    const failure = this.failOn({ op: 'netlinkWatch', kind: opts.kinds[0] ?? 'nftables' }, ns.path);
+    if (failure) throw failure;
+    let closed = false;
+    const list = this.watches.get(ns.path) ?? [];
+    const watch: NetnsWatch = {
+      fds: opts.kinds.map(() => this.#nextFd++),
+      get closed() { return closed; },
+      close: () => {
+        if (closed) return;
+        closed = true;
+        const i = list.findIndex((w) => w.watch === watch);
+        if (i >= 0) list.splice(i, 1);
+      },
+    };
+    list.push({ watch, opts });
+    this.watches.set(ns.path, list);
+    return watch;
+  }
+
+  /** Delivers a change notification to every open watch of `path`. */
+  notify(path: string, changes: Partial<NetnsChanges> = { nftables: 1 }): void {
+    for (const { opts } of [...(this.watches.get(path) ?? [])]) {
+      opts.onChange({ nftables: 0, rules: 0, routes: 0, addresses: 0, overrun: false, ...changes });
+    }
+  }
 
   stats(): RawExecutorStats {
     return { threadsStarted: 1, threadsRetired: 0, threadsAlive: 1, jobsRun: this.runs.length, pending: 0 };

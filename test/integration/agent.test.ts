@@ -1,6 +1,6 @@
 // The standalone agent end to end without root: real plugin-event socket, real ZDS socket and a
 // ztunnel-like client; the kernel side (netns, rules) is the fake addon.
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
@@ -16,6 +16,7 @@ import { debugSocketPath, getDebug } from '../../src/agent/debug-server.js';
 import { HEALTH_ROUTES } from '../../src/agent/health-server.js';
 import { METRICS_ROUTES } from '../../src/ops/metrics.js';
 import { main } from '../../src/cli/main.js';
+import { netconf, runPlugin } from '../helpers/plugin-exec.js';
 
 const listing = readFileSync(new URL('../fixtures/default-inpod.listing.nft', import.meta.url), 'utf8');
 
@@ -184,12 +185,34 @@ describe('standalone agent', () => {
     expect(quiet.map((l) => [l.uid, l.level])).toEqual([['uid-web', 20], ['uid-never-added', 20]]);
   });
 
+  it('CNI GC (the real plugin, cni.dev/valid-attachments) removes the enrolments the runtime no longer has; ztunnel gets the del', async () => {
+    const z = await ztunnel();
+    await postUnix(sock(), '/cmdadd', addEvent('web'));
+    await postUnix(sock(), '/cmdadd', addEvent('db'));
+    const dbNetns = agent.registry.netnsOf('uid-db')!;
+    const run = await runPlugin(
+      { CNI_COMMAND: 'GC', CNI_PATH: '/opt/cni/bin' },
+      netconf(config.runDir, { cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: 'c-web', ifname: 'eth0' }, { containerID: 'c-other', ifname: 'eth0' }] }),
+    );
+    expect(run.status, run.stdout + run.stderr).toBe(0);
+    expect(agent.registry.has('uid-db')).toBe(false);
+    expect(dbNetns.closed).toBe(true); // the dead sandbox's netns is no longer pinned by our fd
+    expect(agent.registry.has('uid-web')).toBe(true);
+    await z.waitFor(() => z.messages.some((m) => m.kind === 'del' && m.uid === 'uid-db'));
+    expect(readdirSync(join(config.runDir, 'pods')).sort()).toEqual(['uid-web.json']);
+    // A GC that lists everything removes nothing.
+    await postUnix(sock(), '/cmdgc', { ValidAttachments: [{ ContainerID: 'c-web', IfName: 'eth0' }] });
+    expect(agent.registry.has('uid-web')).toBe(true);
+    expect((await postUnix(sock(), '/cmdgc', { ValidAttachments: 'all' })).status).toBe(400);
+  });
+
   it('CHECK reports drift in an enrolled pod', async () => {
     await ztunnel();
     await postUnix(sock(), '/cmdadd', addEvent('web'));
     pods['web']!.listing = listing;
     expect((await postUnix(sock(), '/cmdcheck', addEvent('web'))).status).toBe(200);
     pods['web']!.listing = '';
+    pods['web']!.nftGeneration++; // (any nft change in a netns moves its generation)
     expect(await postUnix(sock(), '/cmdcheck', addEvent('web'))).toMatchObject({ status: 500, body: expect.stringContaining('missing table') });
   });
 
@@ -244,8 +267,10 @@ describe('standalone agent', () => {
     const body = JSON.parse(await debugPods()) as { mode: string; pods: Array<Record<string, unknown>>; connections: unknown[] };
     expect(body.mode).toBe('standalone');
     expect(body.connections).toHaveLength(1);
+    // lastVerified: live reconciliation's last check (null until its first one, 0.5 s after the ADD).
+    expect(body.pods[0]!['lastVerified'] === null || typeof body.pods[0]!['lastVerified'] === 'string').toBe(true);
     expect(body.pods).toEqual([
-      { uid: 'uid-web', namespace: 'shop', name: 'web', serviceAccount: 'default', netnsInode: pods['web']!.ino, rules: 'verified', ztunnel: { [String(agent.zds.connections()[0]!.id)]: 'acked' } },
+      { uid: 'uid-web', namespace: 'shop', name: 'web', serviceAccount: 'default', netnsInode: pods['web']!.ino, rules: 'verified', lastVerified: body.pods[0]!['lastVerified'], repairs: 0, ztunnel: { [String(agent.zds.connections()[0]!.id)]: 'acked' } },
     ]);
     pods['web']!.listing = '';
     const drifted = JSON.parse(await debugPods()) as { pods: Array<{ rules: string }> };

@@ -444,15 +444,20 @@ describe('istio-cni plugin binary', () => {
       expect(run.stdout).toBe('');
     });
 
-    it('GC succeeds and contacts nobody', async () => {
+    it('GC forwards cni.dev/valid-attachments to the agent (/cmdgc) and prints nothing', async () => {
       const a = await startAgent();
       const run = await runPlugin(
         { CNI_COMMAND: 'GC' },
-        netconf(runDir, { cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: 'x', ifname: 'eth0' }] }),
+        netconf(runDir, { cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: 'x', ifname: 'eth0' }, { bogus: 1 }] }),
       );
       expectSuccess(run);
       expect(run.stdout).toBe('');
-      expect(a.requests).toHaveLength(0);
+      expect(a.requests.map((r) => [r.url, r.body])).toEqual([['/cmdgc', { ValidAttachments: [{ ContainerID: 'x', IfName: 'eth0' }] }]]);
+    });
+
+    it('GC succeeds with the agent down (best effort, like DEL)', async () => {
+      const run = await runPlugin({ CNI_COMMAND: 'GC' }, netconf(runDir, { cniVersion: '1.1.0', 'cni.dev/valid-attachments': [] }));
+      expectSuccess(run);
     });
   });
 

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseAddEvent, parseDelEvent } from '../../src/agent/plugin-event-server.js';
+import { parseAddEvent, parseDelEvent, parseGcEvent } from '../../src/agent/plugin-event-server.js';
 import { PLUGIN_EVENT_SOCKET } from '../../src/cni/protocol.js';
 import { fuzzParams, fuzzTest, runPluginBytes, utf8Text, type RawPluginRun } from '../helpers/fuzz.js';
 import { FakePluginAgent } from '../helpers/plugin-agent.js';
@@ -298,7 +298,7 @@ function expectForwardedBodiesValid(agent: FakePluginAgent, outcomes?: Outcomes)
   if (outcomes) outcomes.forwarded += agent.requests.length;
   for (const req of agent.requests.splice(0)) {
     expect(req.method).toBe('POST');
-    const parse = req.url === '/cmddel' ? parseDelEvent : parseAddEvent;
+    const parse = req.url === '/cmddel' ? parseDelEvent : req.url === '/cmdgc' ? parseGcEvent : parseAddEvent;
     expect(() => parse(req.body), `forwarded ${req.url} body ${req.rawBody.slice(0, 500)}`).not.toThrow();
   }
 }

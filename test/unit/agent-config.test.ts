@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { loadAgentConfig, OPTIONS, usage } from '../../src/agent/config.js';
+import { loadAgentConfig, OPTIONS, parseGoDurationMs, usage } from '../../src/agent/config.js';
 import { UsageError } from '../../src/cli/usage-error.js';
 import { podsTable } from '../../src/cli/pods-command.js';
 
@@ -25,6 +25,7 @@ describe('agent configuration', () => {
       hostProbeSnatIpv6: 'fd16:9254:7127:1337:ffff:ffff:ffff:ffff',
       systemNamespace: 'istio-system',
       reconcilePodRulesOnStartup: true,
+      reconcileEnrollmentIntervalMs: 30_000,
       chainedCniPlugin: true,
       istioOwnedCniConfig: false,
     });
@@ -36,6 +37,13 @@ describe('agent configuration', () => {
     expect(c).toMatchObject({ excludeNamespaces: ['kube-system', 'istio-system'], dnsCapture: false, backend: 'iptables', metricsPort: 9090, runDir: '/run/x', zdsSocket: '/z.sock' });
     const flagged = loadAgentConfig(['--dns-capture', 'true', '--backend', 'nftables', '--metrics-port', '15020'], env);
     expect(flagged).toMatchObject({ dnsCapture: true, backend: 'nftables', metricsPort: 15020 });
+  });
+
+  it('AMBIENT_RECONCILE_ENROLLMENT_INTERVAL takes Go durations (0 turns the sweep off); anything else is a usage error', () => {
+    expect(loadAgentConfig([], { AMBIENT_RECONCILE_ENROLLMENT_INTERVAL: '1m30s' }).reconcileEnrollmentIntervalMs).toBe(90_000);
+    expect(loadAgentConfig(['--reconcile-enrollment-interval', '0'], {}).reconcileEnrollmentIntervalMs).toBe(0);
+    expect([parseGoDurationMs('500ms'), parseGoDurationMs('2h'), parseGoDurationMs('1.5s'), parseGoDurationMs('30'), parseGoDurationMs('5 s'), parseGoDurationMs('')]).toEqual([500, 7_200_000, 1_500, undefined, undefined, undefined]);
+    expect(() => loadAgentConfig([], { AMBIENT_RECONCILE_ENROLLMENT_INTERVAL: 'often' })).toThrow(/--reconcile-enrollment-interval: expected a duration such as 30s, 1m or 0, got "often"/);
   });
 
   it('reports every bad value, one line each', () => {
@@ -83,12 +91,12 @@ describe('pods table', () => {
       mode: 'kubernetes',
       ready: true,
       connections: [{ id: 3, state: 'ready', connectedAt: '2026-01-01T00:00:00.000Z' }],
-      pods: [{ uid: 'u1', namespace: 'shop', name: 'web', netnsInode: 4026532001, rules: 'verified', ztunnel: { '3': 'acked' } }],
+      pods: [{ uid: 'u1', namespace: 'shop', name: 'web', netnsInode: 4026532001, rules: 'verified', lastVerified: '2026-01-01T00:00:30.000Z', repairs: 2, ztunnel: { '3': 'acked' } }],
     });
     expect(text.split('\n')).toEqual([
       'mode: kubernetes, ready: true, ztunnel connections: #3 ready since 2026-01-01T00:00:00.000Z',
-      'NAMESPACE  NAME  UID  NETNS       RULES     ZTUNNEL',
-      'shop       web   u1   4026532001  verified  #3:acked',
+      'NAMESPACE  NAME  UID  NETNS       RULES     LAST VERIFIED             REPAIRS  ZTUNNEL',
+      'shop       web   u1   4026532001  verified  2026-01-01T00:00:30.000Z  2        #3:acked',
       '',
     ]);
   });

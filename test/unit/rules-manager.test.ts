@@ -118,7 +118,8 @@ describe('NftablesInpodRules', () => {
     });
 
     it('is in sync after apply, and canonicalises each distinct ruleset only once', async () => {
-      expect(await manager.verify(addon.openNetns(POD), NO_OVERRIDES)).toEqual({ inSync: true, missing: [], extra: [] });
+      // In sync, with the stamp of the generation the listing was taken at (the next verify skips the listing).
+      expect(await manager.verify(addon.openNetns(POD), NO_OVERRIDES)).toEqual({ inSync: true, missing: [], extra: [], stamp: { nftGeneration: pod.nftGeneration } });
       await manager.verify(addon.openNetns(POD), NO_OVERRIDES);
       const freshRuns = addon.runs.filter((r) => r.target === 'fresh');
       expect(freshRuns).toHaveLength(1);
