@@ -95,7 +95,7 @@ export type Step =
   | NetnsIdStep
   | NftGenerationStep
   | DeleteNftTablesStep
-  | IpsetStep;
+  | IpsetStep
   | NetlinkWatchStep;
 
 export interface NftResult { op: 'nft'; output: string }
