@@ -14,12 +14,12 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NativeNetAddon, type NetnsHandle } from '../../src/addon/net-addon.js';
 import { Agent } from '../../src/agent/agent.js';
+import { debugSocketPath, getDebug } from '../../src/agent/debug-server.js';
 import { loadAgentConfig } from '../../src/agent/config.js';
 import { KubernetesSource } from '../../src/agent/kube-source.js';
 import { loadKubeConfig } from '../../src/kube/client.js';
 import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
-import { getHttp } from '../helpers/unix-http.js';
 import { createNetns, deleteNetns, execIn, ipIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
 
 requirePrivilegedInCi();
@@ -127,7 +127,7 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
     const metrics = await (await fetch(`http://127.0.0.1:${agent.metricsPort}/metrics`)).text();
     expect(metrics).toMatch(/ambient_node_agent_reconcile_repairs_total\{scope="pod",reason="nftables"\} 1/);
     expect(metrics).toMatch(/ambient_node_agent_reconcile_checks_total\{scope="pod",result="repaired"\} 1/);
-    const body = JSON.parse((await getHttp(agent.healthPort!, '/debug/pods')).body) as { pods: Array<{ uid: string; repairs: number; lastVerified: string | null; rules: string }> };
+    const body = JSON.parse((await getDebug(debugSocketPath(agent.config.runDir), '/debug/pods')).body) as { pods: Array<{ uid: string; repairs: number; lastVerified: string | null; rules: string }> };
     expect(body.pods).toEqual([expect.objectContaining({ uid: 'uid-web', repairs: 1, rules: 'verified', lastVerified: expect.any(String) })]);
     expect(annotation()).toBe('enabled');
   });
