@@ -1,5 +1,5 @@
 // A small built-in ztunnel stand-in for the demo: a ZDS client with ztunnel's state rules
-// (zds-protocol.md §2), and per pod the in-pod listeners ztunnel binds (§3): 15001 outbound,
+// (docs/zds-protocol.md §2.5), and per pod the in-pod listeners ztunnel binds (§3): 15001 outbound,
 // 15006 inbound plaintext, 15053 DNS (UDP + TCP), all made INSIDE the pod netns by the addon
 // with SO_MARK 0x539 and SO_REUSEPORT, then adopted by Node. It is a plaintext TCP relay, not
 // a mesh proxy: no HBONE, no mTLS, no policy. What it proves is the plumbing: connections are

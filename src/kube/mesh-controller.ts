@@ -1,4 +1,4 @@
-// Kubernetes mode: Istio's node-agent logic (inventory §1.3-1.6, §2.5). Pods of this node and all
+// Kubernetes mode: Istio's node-agent logic (docs/istio-behaviours.md §1). Pods of this node and all
 // namespaces come from informers; a pod is put into the mesh from the CNI path (new pods) or from
 // informer events (label changes, pods that existed before the agent), and taken out on
 // un-labelling, deletion or termination. The pod annotation `ambient.istio.io/redirection` is the

@@ -1,5 +1,5 @@
 // A ztunnel-like ZDS client in TypeScript: connects, says hello, answers every request with one
-// ack after applying ztunnel's state rules (zds-protocol.md §2.5/§2.6), keeps the fds of running
+// ack after applying ztunnel's state rules (docs/zds-protocol.md §2.5, §2.6), keeps the fds of running
 // pods open and closes them when the pods go. Behaviour can be bent for failure tests.
 import { fstatSync, readlinkSync } from 'node:fs';
 import { SeqpacketSocket, type Datagram } from '../../src/addon/seqpacket.js';
