@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Prepares a fresh Debian machine (as root) and runs the whole test suite:
-# system packages (idempotent), npm ci, build (addon + TypeScript), npm test.
+# system packages (idempotent), npm ci, build (addon + TypeScript), npm run lint, npm test.
 # Usage: scripts/bootstrap.sh [--no-test]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # libnftables-dev/libmnl-dev: the addon links them; nlohmann-json3-dev: the CNI plugin parses JSON;
 # containernetworking-plugins: bridge/host-local for the demo; nftables/iptables/iproute2: the tests use the
-# real binaries as independent witnesses; g++/make/python3: node-gyp.
-PACKAGES=(libnftables-dev libmnl-dev nlohmann-json3-dev nftables iptables iproute2 containernetworking-plugins g++ make python3)
+# real binaries as independent witnesses; g++/make/python3: node-gyp; clang-format: npm run lint checks native/.
+PACKAGES=(libnftables-dev libmnl-dev nlohmann-json3-dev nftables iptables iproute2 containernetworking-plugins g++ make python3 clang-format)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -28,5 +28,6 @@ npm ci --no-audit --no-fund
 npm run build
 
 if [[ ${1:-} != --no-test ]]; then
+  npm run lint
   npm test
 fi

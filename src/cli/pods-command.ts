@@ -47,7 +47,7 @@ export async function runPodsCommand(args: string[], out: (s: string) => void): 
   try {
     res = await fetch(url, { signal: AbortSignal.timeout(30_000) });
   } catch (err) {
-    throw new Error(`cannot reach the agent at ${url}: ${(err as Error).message}`);
+    throw new Error(`cannot reach the agent at ${url}: ${(err as Error).message}`, { cause: err });
   }
   if (!res.ok) throw new Error(`${url} answered ${res.status}: ${(await res.text()).trim()}`);
   const body = (await res.json()) as DebugPods;

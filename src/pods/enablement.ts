@@ -66,7 +66,7 @@ export function parseEnablementSelectors(yamlText: string | undefined): Enableme
     // CORE_SCHEMA: no timestamps or binary; a label value such as 2024-01-01 stays a string.
     doc = loadYaml(yamlText, { schema: CORE_SCHEMA });
   } catch (err) {
-    throw new Error(`AMBIENT_ENABLEMENT_SELECTOR: invalid YAML: ${(err as Error).message.split('\n')[0]}`);
+    throw new Error(`AMBIENT_ENABLEMENT_SELECTOR: invalid YAML: ${(err as Error).message.split('\n')[0]}`, { cause: err });
   }
   if (doc === undefined || doc === null) return cloneSelectors(ISTIO_DEFAULT_SELECTORS);
   if (!Array.isArray(doc)) {

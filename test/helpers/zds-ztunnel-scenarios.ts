@@ -95,7 +95,12 @@ export function zdsZtunnelScenarios(title: string, startClient: StartClient): vo
       await registry.add({ uid: '44444444-dddd', name: 'live', namespace: 'shop', serviceAccount: 'live' }, openOwnNamespace());
       await registry.delete('22222222-bbbb');
       await client.waitFor((received) => received.some((r) => r.kind === 'del'));
-      expect(client.received().slice(4).map((r) => [r.kind, r.uid, r.ack])).toEqual([
+      expect(
+        client
+          .received()
+          .slice(4)
+          .map((r) => [r.kind, r.uid, r.ack]),
+      ).toEqual([
         ['add', '44444444-dddd', ''],
         ['del', '22222222-bbbb', ''],
       ]);
@@ -108,11 +113,13 @@ export function zdsZtunnelScenarios(title: string, startClient: StartClient): vo
     it("turns the client's error ack into a retryable error carrying its text", async () => {
       client = await startClient(socketPath, { ackError: { text: 'failure to start proxy : Bind(AddrInUse)', kinds: ['add'] } });
       await client.waitFor(snapshotSent);
-      await expect(registry.add({ uid: 'u1', name: 'n', namespace: 'ns', serviceAccount: 'sa' }, openOwnNamespace())).rejects.toMatchObject({
-        code: 'ZDS_ACK_ERROR',
-        retryable: true,
-        message: 'ztunnel rejected pod u1: failure to start proxy : Bind(AddrInUse)',
-      });
+      await expect(registry.add({ uid: 'u1', name: 'n', namespace: 'ns', serviceAccount: 'sa' }, openOwnNamespace())).rejects.toMatchObject(
+        {
+          code: 'ZDS_ACK_ERROR',
+          retryable: true,
+          message: 'ztunnel rejected pod u1: failure to start proxy : Bind(AddrInUse)',
+        },
+      );
     });
 
     it('drops a client that never acks (the handshake fails) and then has no connection for an add', async () => {

@@ -5,7 +5,10 @@ import { requestKind, type RequestKind } from '../../src/zds/codec.js';
 import { FakeZtunnel, type ReceivedMessage } from '../helpers/fake-ztunnel.js';
 import { zdsZtunnelScenarios, type ReceivedRequest, type StartClient } from '../helpers/zds-ztunnel-scenarios.js';
 
-const KINDS = { add: 'add', keep: 'keep', del: 'del', snapshotSent: 'snapshot_sent' } as const satisfies Record<RequestKind, ReceivedRequest['kind']>;
+const KINDS = { add: 'add', keep: 'keep', del: 'del', snapshotSent: 'snapshot_sent' } as const satisfies Record<
+  RequestKind,
+  ReceivedRequest['kind']
+>;
 
 function received(m: ReceivedMessage): ReceivedRequest {
   return {
