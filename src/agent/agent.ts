@@ -20,8 +20,8 @@ import type { AgentConfig } from './config.js';
 import { HealthServer } from './health-server.js';
 import { PluginEventServer } from './plugin-event-server.js';
 import { PluginLogServer } from './plugin-log-server.js';
-import type { PodSource, SourceDeps } from './pod-source.js';
-import { StandaloneSource } from './standalone-source.js';
+import type { PodSource, SourceDeps } from './mode.js';
+import { StandaloneSource } from '../standalone/standalone-mode.js';
 
 /** What the agent needs from the CNI installer. */
 export interface Installer {
@@ -208,4 +208,4 @@ export class Agent {
   }
 }
 
-export { cniPodOf } from './pod-source.js';
+export { cniPodOf } from './mode.js';

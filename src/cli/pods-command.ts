@@ -1,6 +1,6 @@
 // `ambient-node-agent pods`: the agent's /debug/pods as a table, for troubleshooting on a node.
 import { parseArgs } from 'node:util';
-import { UsageError } from './usage-error.js';
+import { UsageError } from '../util/usage-error.js';
 
 export const PODS_USAGE = `usage: ambient-node-agent pods [--health-port 8000] [--host 127.0.0.1] [--json]
 

@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Installer } from '../agent/agent.js';
-import type { PodSource, SourceDeps } from '../agent/pod-source.js';
+import type { PodSource, SourceDeps } from '../agent/mode.js';
 import { loadAgentConfig, usage, type AgentConfig } from '../agent/config.js';
 import type { Logger } from '../ops/log.js';
 import { projectRoot } from '../project-root.js';
@@ -17,13 +17,13 @@ export const RUN_USAGE = usage();
  * there; `none` (or neither) runs standalone.
  */
 async function sourceFactory(config: AgentConfig, env: NodeJS.ProcessEnv): Promise<(deps: SourceDeps) => PodSource> {
-  const { StandaloneSource } = await import('../agent/standalone-source.js');
+  const { StandaloneSource } = await import('../standalone/standalone-mode.js');
   const standalone = (deps: SourceDeps): PodSource => new StandaloneSource(deps);
   if (config.kubeMode === 'none') return standalone; // without loading the Kubernetes client at all
   const { loadKubeConfig } = await import('../kube/client.js');
   const kc = loadKubeConfig({ ...(config.kubeconfig ? { kubeconfig: config.kubeconfig } : {}), env });
   if (!kc) return standalone;
-  const { KubernetesSource } = await import('../agent/kube-source.js');
+  const { KubernetesSource } = await import('../kube/kube-mode.js');
   return (deps) =>
     new KubernetesSource(deps, {
       kc,

@@ -8,7 +8,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { NetnsHandle } from '../../src/addon/net-addon.js';
 import { Agent } from '../../src/agent/agent.js';
 import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
-import { KubernetesSource } from '../../src/agent/kube-source.js';
+import { KubernetesSource } from '../../src/kube/kube-mode.js';
 import { loadKubeConfig } from '../../src/kube/client.js';
 import { FakeNetAddon, type FakeNamespace } from '../fakes/fake-net-addon.js';
 import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';

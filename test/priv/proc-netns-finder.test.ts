@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { currentThreadNetns, NativeNetAddon, openFdCount, type NetnsTarget } from '../../src/addon/net-addon.js';
 import type { ResultsOf, Step } from '../../src/addon/steps.js';
-import { ProcNetnsFinder } from '../../src/pods/proc-netns-finder.js';
+import { ProcNetnsFinder } from '../../src/kube/proc-netns-finder.js';
 import { createNetns, deleteAllNetns, ipIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
 
 requirePrivilegedInCi();

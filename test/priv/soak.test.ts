@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openFdCount } from '../../src/addon/net-addon.js';
 import { Agent } from '../../src/agent/agent.js';
 import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
-import { STATE_DIR } from '../../src/pods/state-store.js';
+import { STATE_DIR } from '../../src/standalone/state-store.js';
 import { hasNoRules, netnsFds } from '../helpers/fault-env.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { createNetns, deleteAllNetns, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';

@@ -4,7 +4,7 @@
 import { describe, expect, it } from 'vitest';
 
 import { chain, configKind, hasIstioEntry, pickPrimary, pluginDirNetwork, sameConfig, unchain, validateConfig } from '../../src/cni-install/conflist.js';
-import { compareGoStrings, marshalGoIndent, parseGoJson, quoteGoString } from '../../src/cni-install/go-json.js';
+import { compareGoStrings, marshalGoIndent, parseGoJson, quoteGoString } from '../../src/util/go-json.js';
 import { normalizeExcludeNamespaces, pluginEntry, type PluginConfigSettings } from '../../src/cni-install/plugin-config.js';
 
 const SETTINGS: PluginConfigSettings = {

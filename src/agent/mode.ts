@@ -6,7 +6,7 @@ import type { NetAddon } from '../addon/net-addon.js';
 import type { PluginAddEvent, PluginDelEvent } from '../cni/protocol.js';
 import type { Logger } from '../ops/log.js';
 import type { AgentMetrics } from '../ops/metrics.js';
-import type { CniPod } from '../pods/enroller.js';
+import type { CniPod } from '../standalone/enroller.js';
 import type { InpodRuleManager } from '../rules/manager.js';
 import type { PodOverrides, RuleSettings } from '../rules/settings.js';
 import type { PodRegistry } from '../zds/registry.js';

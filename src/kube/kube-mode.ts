@@ -4,17 +4,17 @@ import type { V1Namespace, V1Pod } from '@kubernetes/client-node';
 import type { NetnsHandle } from '../addon/net-addon.js';
 import type { PluginAddEvent } from '../cni/protocol.js';
 import { HostDataplane } from '../host/host-dataplane.js';
-import { httpStatusOf, KubeApi } from '../kube/client.js';
-import { ResilientInformer } from '../kube/informer.js';
-import { MeshController, type HostProbes, type NetnsFinder } from '../kube/mesh-controller.js';
-import { Enablement, parseEnablementSelectors } from '../pods/enablement.js';
-import { ProcNetnsFinder } from '../pods/proc-netns-finder.js';
+import { httpStatusOf, KubeApi } from './client.js';
+import { ResilientInformer } from './informer.js';
+import { MeshController, type HostProbes, type NetnsFinder } from './mesh-controller.js';
+import { Enablement, parseEnablementSelectors } from './enablement.js';
+import { ProcNetnsFinder } from './proc-netns-finder.js';
 import { podOverridesFromAnnotations, type PodOverrides } from '../rules/settings.js';
-import { writeEnablementSnapshot } from './enablement-file.js';
+import { writeEnablementSnapshot } from '../agent/enablement-file.js';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { CoreV1Api } from '@kubernetes/client-node';
-import type { PodSource, SourceDeps } from './pod-source.js';
-import { ADD_ANSWER_MS } from '../pods/enroller.js';
+import type { PodSource, SourceDeps } from '../agent/mode.js';
+import { ADD_ANSWER_MS } from '../standalone/enroller.js';
 import { answerWithin } from '../util/answer-within.js';
 
 export interface KubeSourceOptions {

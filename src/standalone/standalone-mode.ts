@@ -1,10 +1,10 @@
 // Standalone mode: pods come only from the CNI path; the enrolled pods are kept in the run dir.
 import type { PluginAddEvent, PluginDelEvent } from '../cni/protocol.js';
-import { PodEnroller } from '../pods/enroller.js';
-import { PodStateStore } from '../pods/state-store.js';
+import { PodEnroller } from './enroller.js';
+import { PodStateStore } from './state-store.js';
 import { describeDrift } from '../rules/drift.js';
-import { writeEnablementSnapshot } from './enablement-file.js';
-import { cniPodOf, type PodSource, type SourceDeps } from './pod-source.js';
+import { writeEnablementSnapshot } from '../agent/enablement-file.js';
+import { cniPodOf, type PodSource, type SourceDeps } from '../agent/mode.js';
 
 export class StandaloneSource implements PodSource {
   readonly mode = 'standalone' as const;

@@ -14,7 +14,7 @@
 // refuses to start on it, so this one does too, with a message naming the entry.
 import type { V1LabelSelector, V1LabelSelectorRequirement, V1Namespace, V1Pod } from '@kubernetes/client-node';
 import { CORE_SCHEMA, load as loadYaml } from 'js-yaml';
-import { goFieldKeys, isJsonObject, type JsonObject } from '../cni-install/go-json.js';
+import { goFieldKeys, isJsonObject, type JsonObject } from '../util/go-json.js';
 
 /** The pod/namespace label that opts in (`ambient`) or out (`none`). */
 export const LABEL_DATAPLANE_MODE = 'istio.io/dataplane-mode';

@@ -10,8 +10,8 @@ import { KeyedQueue } from '../util/keyed-queue.js';
 import { answerWithin } from '../util/answer-within.js';
 import { mapLimit } from '../util/map-limit.js';
 import type { PodIdentity, PodRegistry } from '../zds/registry.js';
-import { PodNetnsOpener } from './netns-path.js';
-import { onboardPod, RuleApplyError } from './onboard.js';
+import { PodNetnsOpener } from '../pods/netns-path.js';
+import { onboardPod, RuleApplyError } from '../pods/onboard.js';
 import type { EnrolledPod, PodStateStore } from './state-store.js';
 
 /** What the CNI path knows about a pod. */
