@@ -13,6 +13,15 @@ export const ROUTE_ADD = '/cmdadd';
 export const ROUTE_DEL = '/cmddel';
 export const ROUTE_CHECK = '/cmdcheck';
 
+/**
+ * An ADD is answered within this, naming what is still pending. The plugin gives up on the agent
+ * after 5 s (Istio's HTTP timeout) and then reports an unreachable agent ("try again later"),
+ * which hides the real cause; ztunnel's ack timeout is 5 s too, and the adds of a burst wait for
+ * each other on the one ZDS connection. The work itself carries on: a retried ADD of the pod
+ * queues behind it, and a pod ztunnel has not acked stays registered for its next snapshot.
+ */
+export const ADD_ANSWER_MS = 4_000;
+
 /** net.IPNet as Go marshals it: the mask is the base64 of its bytes ("////AA==" is /24). */
 export interface PluginIpConfig {
   Interface: number | null;

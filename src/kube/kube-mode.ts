@@ -13,8 +13,8 @@ import { podOverridesFromAnnotations, type PodOverrides } from '../rules/setting
 import { writeEnablementSnapshot } from '../agent/enablement-file.js';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { CoreV1Api } from '@kubernetes/client-node';
-import type { PodSource, SourceDeps } from '../agent/mode.js';
-import { ADD_ANSWER_MS } from '../standalone/enroller.js';
+import type { AgentMode, ModeDeps } from '../agent/mode.js';
+import { ADD_ANSWER_MS } from '../cni/protocol.js';
 import { answerWithin } from '../util/answer-within.js';
 
 export interface KubeSourceOptions {
@@ -36,7 +36,7 @@ export interface KubeSourceOptions {
   addAnswerMs?: number;
 }
 
-export class KubernetesSource implements PodSource {
+export class KubernetesMode implements AgentMode {
   readonly mode = 'kubernetes' as const;
   readonly controller: MeshController;
   readonly pods: ResilientInformer<V1Pod>;
@@ -50,7 +50,7 @@ export class KubernetesSource implements PodSource {
   #prepared = false;
 
   constructor(
-    private readonly deps: SourceDeps,
+    private readonly deps: ModeDeps,
     private readonly opts: KubeSourceOptions,
   ) {
     const core = opts.kc.makeApiClient(CoreV1Api);

@@ -2,6 +2,7 @@
 // redirection, remember the pod, hand it to ztunnel. Used by the CNI path (and, after a restart,
 // to pick the enrolled pods up again). One operation per pod at a time.
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
+import { ADD_ANSWER_MS } from '../cni/protocol.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { describeDrift, type DriftReport } from '../rules/drift.js';
 import type { InpodRuleManager, RulesStamp } from '../rules/manager.js';
@@ -38,15 +39,6 @@ export interface EnrollerDeps {
   /** How long an ADD may take before it is answered with what is still pending (ADD_ANSWER_MS). */
   addAnswerMs?: number;
 }
-
-/**
- * An ADD is answered within this, naming what is still pending. The plugin gives up on the agent
- * after 5 s (Istio's HTTP timeout) and then reports an unreachable agent ("try again later"),
- * which hides the real cause; ztunnel's ack timeout is 5 s too, and the adds of a burst wait for
- * each other on the one ZDS connection. The work itself carries on: a retried ADD of the pod
- * queues behind it, and a pod ztunnel has not acked stays registered for its next snapshot.
- */
-export const ADD_ANSWER_MS = 4_000;
 
 interface AddProgress {
   stage: 'queued' | 'enrolling';

@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent } from '../../src/agent/agent.js';
 import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
 import { PodStateStore } from '../../src/standalone/state-store.js';
-import type { StandaloneSource } from '../../src/standalone/standalone-mode.js';
+import { StandaloneMode } from '../../src/standalone/standalone-mode.js';
 import { FakeNetAddon, type FakeNamespace } from '../fakes/fake-net-addon.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { getHttp, postUnix } from '../helpers/unix-http.js';
@@ -51,7 +51,7 @@ describe('standalone agent', () => {
     addon.fresh.listing = listing;
     pods = {};
     for (const name of ['web', 'db', 'api', 'sys']) pods[name] = addon.addNetns(`/host/var/run/netns/${name}`);
-    agent = new Agent(config, { addon });
+    agent = new Agent(config, { addon, makeMode: (d) => new StandaloneMode(d) });
     await agent.start();
   });
 
@@ -147,12 +147,12 @@ describe('standalone agent', () => {
     pods['api']!.nftGeneration++; // (any nft change in a netns moves its generation)
     addon.namespaces.delete('/host/var/run/netns/db');
     pods['db'] = addon.addNetns('/host/var/run/netns/db'); // the path now holds another namespace
-    agent = new Agent(config, { addon });
+    agent = new Agent(config, { addon, makeMode: (d) => new StandaloneMode(d) });
     await agent.start();
     const z = await ztunnel();
     expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:uid-api', 'add:uid-web', 'snapshotSent:']); // restored in state-file order
     // The rules are verified while ztunnel takes the snapshot; the agent is ready afterwards.
-    await (agent.source as StandaloneSource).whenVerified();
+    await (agent.mode as StandaloneMode).whenVerified();
     expect(agent.notReadyReasons()).toEqual([]);
     expect(pods['web']!.nftScripts).toHaveLength(1); // in sync: not re-applied
     expect(pods['api']!.nftScripts).toHaveLength(2); // drifted: re-applied
@@ -209,7 +209,7 @@ describe('standalone agent', () => {
     expect(await pending).toEqual({ status: 200, body: '' });
     expect(stopMs).toBeGreaterThan(300);
     expect(stopMs).toBeLessThan(10_000);
-    agent = new Agent(config, { addon }); // afterEach stops it again
+    agent = new Agent(config, { addon, makeMode: (d) => new StandaloneMode(d) }); // afterEach stops it again
     await agent.start();
   });
 });

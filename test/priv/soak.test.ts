@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openFdCount } from '../../src/addon/net-addon.js';
 import { Agent } from '../../src/agent/agent.js';
 import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
+import { StandaloneMode } from '../../src/standalone/standalone-mode.js';
 import { STATE_DIR } from '../../src/standalone/state-store.js';
 import { hasNoRules, netnsFds } from '../helpers/fault-env.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
@@ -88,7 +89,7 @@ describe.skipIf(skip)(`soak: ${CYCLES} add/delete cycles through the agent${skip
       ['--kube-mode', 'none', '--run-dir', join(dir, 'run'), '--zds-socket', join(dir, 'ztunnel.sock'), '--netns-root', '', '--health-port', '0', '--metrics-port', '0'],
       {},
     );
-    agent = new Agent(config);
+    agent = new Agent(config, { makeMode: (d) => new StandaloneMode(d) });
     await agent.start();
     ztunnel = await FakeZtunnel.connect(config.zdsSocket, { maxMessages: 100 });
     await ztunnel.waitFor(() => ztunnel!.snapshotSent);
