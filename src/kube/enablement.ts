@@ -22,10 +22,6 @@ export const DATAPLANE_MODE_AMBIENT = 'ambient';
 export const DATAPLANE_MODE_NONE = 'none';
 /** Present on pods that have an Istio sidecar (set by the injector). */
 export const ANNOTATION_SIDECAR_STATUS = 'sidecar.istio.io/status';
-/** The enrolment state the agent writes on the pod: `enabled` or `pending`. */
-export const ANNOTATION_AMBIENT_REDIRECTION = 'ambient.istio.io/redirection';
-export const AMBIENT_REDIRECTION_ENABLED = 'enabled';
-export const AMBIENT_REDIRECTION_PENDING = 'pending';
 /** The label that, in the system namespace, marks ztunnel's own pods. */
 export const LABEL_APP = 'app';
 export const ZTUNNEL_APP = 'ztunnel';

@@ -17,7 +17,7 @@ import type { AgentMode, ModeDeps } from '../agent/mode.js';
 import { ADD_ANSWER_MS } from '../cni/protocol.js';
 import { answerWithin } from '../util/answer-within.js';
 
-export interface KubeSourceOptions {
+export interface KubernetesModeOptions {
   kc: KubeConfig;
   nodeName: string;
   /** AMBIENT_ENABLEMENT_SELECTOR (YAML); undefined: Istio's defaults. */
@@ -28,7 +28,6 @@ export interface KubeSourceOptions {
   /** AMBIENT_DISABLE_SAFE_UPGRADE: always clean up on SIGTERM. */
   disableSafeUpgrade: boolean;
   reconcileRulesOnStartup?: boolean;
-  kubeletUid?: number;
   /** Tests replace the node-facing parts (host probe rules, /proc scan). */
   host?: HostProbes & { start(): Promise<void>; cleanup(): Promise<void> };
   finder?: NetnsFinder;
@@ -51,7 +50,7 @@ export class KubernetesMode implements AgentMode {
 
   constructor(
     private readonly deps: ModeDeps,
-    private readonly opts: KubeSourceOptions,
+    private readonly opts: KubernetesModeOptions,
   ) {
     const core = opts.kc.makeApiClient(CoreV1Api);
     this.#core = core;
@@ -75,7 +74,6 @@ export class KubernetesMode implements AgentMode {
       hostNetns: this.#hostNetns!,
       settings: deps.settings,
       procDir: deps.config.procDir,
-      ...(opts.kubeletUid !== undefined ? { kubeletUid: opts.kubeletUid } : {}),
       log: deps.log,
     });
     this.controller = new MeshController({

@@ -66,11 +66,12 @@ export interface MeshControllerDeps {
   netnsRoot: string;
   /** AMBIENT_RECONCILE_POD_RULES_ON_STARTUP (Helm default true). */
   reconcileRulesOnStartup?: boolean;
-  /** How long the CNI path waits for a pod the informer has not seen yet (Istio: 10 x 10 ms). */
-  cacheLagTries?: number;
-  cacheLagDelayMs?: number;
   log?: Logger;
 }
+
+/** How long the CNI path waits for a pod the informer has not seen yet (Istio: 10 tries, 10 ms apart). */
+const CACHE_LAG_TRIES = 10;
+const CACHE_LAG_DELAY_MS = 10;
 
 /** Failures that retrying cannot fix (Istio's ErrNonRetryableAdd): dropped by the queue. */
 export class NonRetryableError extends Error {
@@ -147,11 +148,11 @@ export class MeshController {
   }
 
   async #waitForPod(namespace: string, name: string): Promise<V1Pod | undefined> {
-    const tries = this.deps.cacheLagTries ?? 10;
+    const tries = CACHE_LAG_TRIES;
     for (let i = 0; i < tries; i++) {
       const pod = this.deps.pods.get(namespace, name);
       if (pod) return pod;
-      await new Promise((r) => setTimeout(r, this.deps.cacheLagDelayMs ?? 10));
+      await new Promise((r) => setTimeout(r, CACHE_LAG_DELAY_MS));
     }
     return undefined;
   }

@@ -33,8 +33,6 @@ export interface EnrollerDeps {
   store: PodStateStore;
   netnsRoot: string;
   excludeNamespaces: readonly string[];
-  /** Standalone mode has no service accounts to read; Kubernetes mode passes the real one. */
-  serviceAccountOf?: (pod: CniPod) => string;
   log?: Logger;
   /** How long an ADD may take before it is answered with what is still pending (ADD_ANSWER_MS). */
   addAnswerMs?: number;
@@ -46,6 +44,8 @@ interface AddProgress {
 }
 
 const RESTORE_CONCURRENCY = 8;
+/** Standalone mode has no service accounts to read; every pod gets `default`. */
+const STANDALONE_SERVICE_ACCOUNT = 'default';
 
 export interface RestoreSummary {
   restored: number;
@@ -192,13 +192,6 @@ export class PodEnroller {
     return summary;
   }
 
-  /** Both phases, for callers with nothing to do in between. */
-  async restore(): Promise<RestoreSummary> {
-    const reopened = this.reopen();
-    const verified = await this.verifyReopened();
-    return { ...reopened, repaired: verified.repaired };
-  }
-
   #reopenOne(pod: EnrolledPod): NetnsHandle | undefined {
     const log = this.#log.child({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid });
     let netns: NetnsHandle;
@@ -261,11 +254,7 @@ export class PodEnroller {
   }
 
   #identity(pod: CniPod): PodIdentity {
-    return { uid: pod.uid, name: pod.name, namespace: pod.namespace, serviceAccount: this.#serviceAccount(pod) };
-  }
-
-  #serviceAccount(pod: CniPod): string {
-    return this.deps.serviceAccountOf?.(pod) ?? 'default';
+    return { uid: pod.uid, name: pod.name, namespace: pod.namespace, serviceAccount: STANDALONE_SERVICE_ACCOUNT };
   }
 
   #record(pod: CniPod, netns: NetnsHandle): EnrolledPod {
@@ -273,7 +262,7 @@ export class PodEnroller {
       uid: pod.uid,
       name: pod.name,
       namespace: pod.namespace,
-      serviceAccount: this.#serviceAccount(pod),
+      serviceAccount: STANDALONE_SERVICE_ACCOUNT,
       netnsPath: pod.netnsPath,
       netnsIno: netns.ino,
       netnsDev: netns.dev,
