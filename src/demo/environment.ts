@@ -12,7 +12,7 @@ import { NativeNetAddon, type NetnsHandle } from '../addon/net-addon.js';
 import { projectRoot } from '../project-root.js';
 import { CniRuntime, type CniPod } from './cni-runtime.js';
 import { dnsQuery, EchoApp, tcpExchange, DEMO_APP_PORT } from './demo-apps.js';
-import { ZtunnelStandIn, type StandInEvent } from './ztunnel-standin.js';
+import { ZtunnelStandIn, type StandInEvent } from './ztunnel/zds-client.js';
 
 export const CNI_PLUGIN_DIR = '/usr/lib/cni';
 const NEEDED_PLUGINS = ['bridge', 'host-local'];

@@ -17,16 +17,8 @@ import { fdCount } from '../helpers/netns-files.js';
 import { SeqpacketListener, type SeqpacketSocket } from '../../src/addon/seqpacket.js';
 import { CniPluginError, CniRuntime, type CniResult } from '../../src/demo/cni-runtime.js';
 import { dnsQuery, EchoApp, tcpExchange } from '../../src/demo/demo-apps.js';
-import {
-  answerDnsQuery,
-  buildDnsQuery,
-  DNS_RCODE,
-  DNS_TYPE_AAAA,
-  parseDnsQuery,
-  parseDnsResponse,
-  ZtunnelStandIn,
-  type StandInEvent,
-} from '../../src/demo/ztunnel-standin.js';
+import { answerDnsQuery, buildDnsQuery, DNS_RCODE, DNS_TYPE_AAAA, parseDnsQuery, parseDnsResponse } from '../../src/demo/ztunnel/dns.js';
+import { ZtunnelStandIn, type StandInEvent } from '../../src/demo/ztunnel/zds-client.js';
 import { INPOD_MARK } from '../../src/rules/constants.js';
 import { NftablesInpodRules } from '../../src/rules/nftables-manager.js';
 import { defaultRuleSettings, NO_OVERRIDES } from '../../src/rules/settings.js';

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NetnsHandle } from '../../src/addon/net-addon.js';
 import { CniPluginError, type CniRuntime } from '../../src/demo/cni-runtime.js';
 import { demoPrerequisites, DemoEnvironment } from '../../src/demo/environment.js';
-import { ZtunnelStandIn } from '../../src/demo/ztunnel-standin.js';
+import { ZtunnelStandIn } from '../../src/demo/ztunnel/zds-client.js';
 import { STATE_DIR } from '../../src/standalone/state-store.js';
 import {
   agentPid,
