@@ -4,6 +4,7 @@
 //    ambient_node_agent_pod_onboarding_seconds histogram, scraped between pods);
 // 2. burst: 110 concurrent ADDs; 3. restart: SIGKILL the agent with 110 pods, time until the
 //    stand-in has the full snapshot again and /readyz is 200; 4. footprint: agent RSS / fds;
+// 4b. ztunnel-restart: N pods being created while ztunnel restarts (bench/ztunnel-restart.ts);
 // 5. baseline: Istio's exec mechanisms (nsenter iptables-restore + ip execs, nft -f) on fresh
 //    namespaces in the same run; 6. output: markdown + SVG CDF under bench/results/.
 // Usage: BENCH_PODS=200 node dist/bench/node.js   (root)
@@ -32,6 +33,7 @@ import {
   type HistogramState,
 } from './node-support.js';
 import { type BenchNetns, elapsedMs, execTool, NetnsPool, summarize, timeMs, useAddonSpawner, type Summary } from './support.js';
+import { ztunnelRestartPhase, ztunnelRestartRows, type ZtunnelRestartResult } from './ztunnel-restart.js';
 
 const DEFAULT_PODS = 200;
 const ROUND_MAX = 200; // the demo's /24 has ~250 addresses
@@ -45,7 +47,7 @@ function readPods(): number {
   return pods;
 }
 
-/** BENCH_PHASES=onboarding,burst,restart,baseline runs only those (profiling); results are then not written. */
+/** BENCH_PHASES=onboarding,burst,restart,ztunnel-restart,baseline runs only those (profiling); results are then not written. */
 function readPhases(): Set<string> | undefined {
   const raw = process.env['BENCH_PHASES'];
   return raw ? new Set(raw.split(',').map((p) => p.trim())) : undefined;
@@ -82,6 +84,7 @@ interface Results {
   idle?: Footprint;
   with110?: Footprint;
   afterRestart?: Footprint;
+  ztunnelRestart?: ZtunnelRestartResult[];
   pluginBytes?: number;
   baseline: { iptExec: number[]; nftExec: number[]; inProcess: number[] };
   notes: string[];
@@ -303,6 +306,7 @@ function report(r: Results): { markdown: string; last: string[] } {
     `| restart: spawn -> stand-in has the full snapshot (ready, all pods running) | ${f(r.restart?.snapshotMs, 1)} ms |`,
     `| restart: stand-in reconnected -> full snapshot | ${r.restart ? f(r.restart.snapshotMs - r.restart.connectedMs, 1) : 'n/a'} ms |`,
     `| restart: \`startAgent()\` returned (its own 100 ms /readyz poll) | ${f(r.restart?.startAgentMs, 1)} ms |`,
+    ...ztunnelRestartRows(r.ztunnelRestart, f),
     `| agent RSS / fds idle (no pods) | ${f(r.idle?.rssMb, 1)} MB / ${r.idle?.fds ?? 'n/a'} |`,
     `| agent RSS / fds with ${BURST} pods | ${f(r.with110?.rssMb, 1)} MB / ${r.with110?.fds ?? 'n/a'} |`,
     `| agent RSS / fds after restart with ${BURST} pods | ${f(r.afterRestart?.rssMb, 1)} MB / ${r.afterRestart?.fds ?? 'n/a'} |`,
@@ -326,6 +330,7 @@ function report(r: Results): { markdown: string; last: string[] } {
     `- agent share: /metrics scraped before and after each sequential ADD; the histogram's _sum delta is that one ADD as the plugin-event server timed it (netns, rules, state file, ZDS ack)`,
     `- restart: \`stopAgent('SIGKILL')\`, then \`startAgent()\`; polled every 5 ms; "total" = max(/readyz, full snapshot); the stand-in reconnects with backoff (20 ms doubling, max 1 s), like ztunnel`,
     `- burst: the ${BURST} ADDs run concurrently from a separate runtime process (bench/node-cni-driver.ts: same CniRuntime, own addon thread pool), because the stand-in in this process needs the addon's thread pool to ack while each in-flight plugin exec holds a thread (in-process that deadlocks until the 5 s ZDS timeout); wall time measured in the driver from the first ADD until the last returned; "full chain" runs bridge + host-local + istio-cni per pod, "istio-cni entry alone" runs only our entry of the same conflist with the prevResult bridge + host-local would have passed (the part of the chain this project owns)`,
+    `- ztunnel restart (bench/ztunnel-restart.ts): ${r.ztunnelRestart?.[0]?.pods ?? 'N'} concurrent ADDs (full chain, then the istio-cni entry alone) with a healthy stand-in, then the same with the stand-in stopped just before they start and a new one started BENCH_ZTUNNEL_GAP_MS (default 1000) after the first of them reached the agent; added latency = restart run minus healthy run (p50 and max per-pod ADD, as the runtime sees it); the full chain runs from the driver process (4 plugin execs at a time), so ADDs still queued there when the new stand-in is up do not wait; the istio-cni entry alone is exec'd for all pods at once from this process (it touches no netns), so all of them wait`,
     `- baseline: fresh namespace per sample, Istio's exec mechanisms posix_spawn'd from an addon thread (bench/support.ts execTool), interleaved with the in-process row; the baseline has no ZDS step, ours does`,
     ...r.notes.map((n) => `- ${n}`),
   ];
@@ -335,6 +340,7 @@ function report(r: Results): { markdown: string; last: string[] } {
     `burst110_s=${burstS !== undefined ? burstS.toFixed(3) : 'n/a'}`,
     `restart110_s=${restartS !== undefined ? restartS.toFixed(3) : 'n/a'}`,
     `rss110_mb=${rss110 !== undefined ? rss110.toFixed(1) : 'n/a'}`,
+    `ztunnel_restart_failed_adds=${r.ztunnelRestart ? r.ztunnelRestart.map((z) => `${z.restart.failed}/${z.pods}`).join(',') : 'n/a'}`,
   ];
   return { markdown: lines.join('\n'), last };
 }
@@ -454,6 +460,7 @@ async function main(): Promise<void> {
       if (newPid !== undefined) r.afterRestart = footprint(newPid);
     }
     await bp.removeAll();
+    await phase('ztunnel-restart', async () => void (r.ztunnelRestart = await ztunnelRestartPhase(env, bp, metricsPort)));
     await phase('baseline', () => baseline(r, env, pool, Math.min(r.pods, 200)));
     if (only) r.notes.push(`partial run: BENCH_PHASES=${[...only].join(',')}; bench/results not updated`);
     if (r.pods < DEFAULT_PODS) r.notes.push(`smoke run: BENCH_PODS=${r.pods} (the issue asks for ${DEFAULT_PODS})`);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepares a fresh Debian machine (as root) and runs the whole test suite:
-# system packages (idempotent), npm ci, build (addon + TypeScript), npm run lint, npm test.
+# system packages (idempotent), npm ci, build (addon + TypeScript), npm run lint, npm test on the
+# machine's Node, then the same tests on Node 24, the LTS the image runs (scripts/test-node-lts.sh).
 # Usage: scripts/bootstrap.sh [--no-test]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,10 +25,12 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-npm ci --no-audit --no-fund
+# Checked: an npm that prints an error and exits 0 has been seen (scripts/npm-checked.mjs).
+node scripts/npm-checked.mjs ci --no-audit --no-fund
 npm run build
 
 if [[ ${1:-} != --no-test ]]; then
   npm run lint
   npm test
+  bash scripts/test-node-lts.sh
 fi

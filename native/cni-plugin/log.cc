@@ -89,7 +89,8 @@ bool SetLogLevel(const std::string& name) {
   else if (name == "info") g_threshold = static_cast<int>(LogLevel::kInfo);
   else if (name == "warn" || name == "warning") g_threshold = static_cast<int>(LogLevel::kWarn);
   else if (name == "error") g_threshold = static_cast<int>(LogLevel::kError);
-  else if (name == "none") g_threshold = static_cast<int>(LogLevel::kError) + 1;
+  // Istio's "fatal": only fatal lines, and this plugin has none, so it logs nothing (as "none").
+  else if (name == "fatal" || name == "none") g_threshold = static_cast<int>(LogLevel::kError) + 1;
   else return false;
   return true;
 }

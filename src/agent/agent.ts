@@ -17,6 +17,7 @@ import { TimedRuleManager } from '../rules/timed-manager.js';
 import { PodRegistry } from '../zds/registry.js';
 import { ZdsServer } from '../zds/server.js';
 import type { AgentConfig } from './config.js';
+import { DebugServer, debugSocketPath } from './debug-server.js';
 import { HealthServer } from './health-server.js';
 import { PluginEventServer } from './plugin-event-server.js';
 import { PluginLogServer } from './plugin-log-server.js';
@@ -39,6 +40,8 @@ export interface AgentDeps {
   metrics?: AgentMetrics;
   /** The ZDS socket, bound by `run` before this module loaded (see bindZdsSocket). */
   zdsListener?: SeqpacketListener;
+  /** Tests shorten the ADD answer deadline (default ADD_ANSWER_MS). */
+  addAnswerMs?: number;
 }
 
 export class Agent {
@@ -55,6 +58,7 @@ export class Agent {
   readonly #plugin: PluginEventServer;
   readonly #pluginLog: PluginLogServer;
   readonly #health: HealthServer;
+  readonly #debug: DebugServer;
   readonly #metricsServer: MetricsServer;
   readonly #installer: Installer | undefined;
   readonly #stop = new AbortController();
@@ -83,6 +87,12 @@ export class Agent {
       snapshot: () => this.registry.snapshot(),
       log: this.#log,
       onAck: (request, seconds, ok) => metrics.zdsAck.observe({ request, result: ok ? 'ok' : 'error' }, seconds),
+      ztunnelWaitMs: config.ztunnelWaitMs,
+      onWaited: (seconds, enrolled) => {
+        const result = enrolled ? 'enrolled' : 'failed';
+        metrics.ztunnelWaits.inc({ result });
+        metrics.ztunnelWaitSeconds.observe({ result }, seconds);
+      },
       ...(deps.zdsListener ? { listener: deps.zdsListener } : {}),
     });
     this.zds.onConnectionCount = (n) => metrics.ztunnelConnected.set(n);
@@ -93,19 +103,21 @@ export class Agent {
       add: (e) => this.mode.cniAdd(e),
       del: (e) => this.mode.cniDel(e),
       check: (e) => this.mode.cniCheck(e),
-    }, this.#log);
+      pendingAdd: (e) => this.mode.pendingAdd?.(e),
+    }, this.#log, deps.addAnswerMs !== undefined ? { addAnswerMs: deps.addAnswerMs } : {});
     this.#plugin.onRequest = (route, status, seconds) => {
       metrics.pluginRequests.inc({ response_code: String(status) });
       if (route === '/cmdadd') metrics.podOnboarding.observe({ result: status === 200 ? 'ok' : 'error' }, seconds);
     };
-    this.#health = new HealthServer(config.healthPort, () => this.notReadyReasons(), '0.0.0.0', () => this.debugPods());
+    this.#health = new HealthServer(config.healthPort, () => this.notReadyReasons());
+    this.#debug = new DebugServer(debugSocketPath(config.runDir), () => this.debugPods());
     this.#metricsServer = new MetricsServer(metrics, config.metricsPort);
-    this.#pluginLog = new PluginLogServer(join(config.runDir, PLUGIN_LOG_SOCKET), this.#log);
+    this.#pluginLog = new PluginLogServer(join(config.runDir, PLUGIN_LOG_SOCKET), this.#log, config.logLevels);
     this.#installer = deps.installer;
   }
 
   /**
-   * /debug/pods: every pod handed to ztunnel, its netns, whether its rules are as expected right
+   * /debug/pods (on the debug socket): every pod handed to ztunnel, its netns, whether its rules are as expected right
    * now (verified on request), and what each ztunnel connection said about it.
    */
   async debugPods(): Promise<unknown> {
@@ -149,6 +161,7 @@ export class Agent {
     await this.#health.start();
     await this.#metricsServer.start();
     await this.#pluginLog.start();
+    await this.#debug.start();
     if (this.#backendRules instanceof NftablesInpodRules) await this.#backendRules.warmUp();
     await this.mode.prepare();
     this.zds.start();
@@ -190,6 +203,7 @@ export class Agent {
     await this.#health.close();
     await this.#metricsServer.close();
     await this.#pluginLog.close();
+    await this.#debug.close();
   }
 
   async #cleanUpNode(): Promise<void> {

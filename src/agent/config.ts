@@ -6,6 +6,14 @@ import { parseArgs } from 'node:util';
 import { DEFAULT_HOST_PROBE_SNAT_IPV4, DEFAULT_HOST_PROBE_SNAT_IPV6 } from '../rules/constants.js';
 import { parseGoBool } from '../rules/settings.js';
 import { UsageError } from '../util/usage-error.js';
+import { applyOutputLevels, isPinoLevel, PINO_LEVELS, uniformLevels, type ScopeLevels } from '../ops/log-levels.js';
+import { ADD_ANSWER_MS } from '../cni/protocol.js';
+
+/**
+ * The longest ztunnel wait allowed: an ADD that waited it out still has half a second for the
+ * rest of its work (netns, rules, state file) and for the answer within ADD_ANSWER_MS.
+ */
+export const MAX_ZTUNNEL_WAIT_MS = ADD_ANSWER_MS - 500;
 
 export type KubeMode = 'auto' | 'none';
 
@@ -25,7 +33,12 @@ export interface AgentConfig {
   healthPort: number;
   metricsPort: number;
   podNamespace: string;
+  /** LOG_LEVEL / --log-level: every scope's starting level. */
   logLevel: string;
+  /** Per scope, after --log-output-level (install-cni's --log_output_level). */
+  logLevels: ScopeLevels;
+  /** A malformed --log-output-level entry (Istio logs it and runs on with what came before it). */
+  logLevelProblem: string | undefined;
   hostProbeSnatIpv4: string;
   hostProbeSnatIpv6: string;
   /** Where the plugin binary to install comes from (the image's copy). */
@@ -42,6 +55,10 @@ export interface AgentConfig {
   /** ISTIO_OWNED_CNI_CONFIG: write our own conflist that sorts first instead of editing the primary. */
   istioOwnedCniConfig: boolean;
   istioOwnedCniConfigFilename: string | undefined;
+  /** ENABLE_AMBIENT_DETECTION_RETRY: written into the plugin's config entry for Istio's plugin. */
+  enableAmbientDetectionRetry: boolean;
+  /** AMBIENT_ZTUNNEL_WAIT_TIMEOUT: how long an ADD waits for a (re)connecting ztunnel to ack its pod. */
+  ztunnelWaitMs: number;
 }
 
 interface Option {
@@ -68,7 +85,8 @@ export const OPTIONS: readonly Option[] = [
   { flag: 'health-port', env: 'HEALTH_PORT', fallback: '8000', help: '/healthz and /readyz', kind: 'string' },
   { flag: 'metrics-port', env: 'MONITORING_PORT', fallback: '15014', help: '/metrics', kind: 'string' },
   { flag: 'pod-namespace', env: 'POD_NAMESPACE', fallback: 'istio-system', help: "the agent's own namespace", kind: 'string' },
-  { flag: 'log-level', env: 'LOG_LEVEL', fallback: 'info', help: 'debug, info, warn or error', kind: 'string' },
+  { flag: 'log-level', env: 'LOG_LEVEL', fallback: 'info', help: 'every log scope starts at this level: trace, debug, info, warn, error, fatal or silent', kind: 'string' },
+  { flag: 'log-output-level', env: undefined, fallback: '', help: "Istio's <scope>:<level>,... (scopes default, cni-agent, cni-plugin, all; levels debug, info, warn, error, fatal, none)", kind: 'string' },
   { flag: 'snat-ipv4', env: 'HOST_PROBE_SNAT_IP', fallback: DEFAULT_HOST_PROBE_SNAT_IPV4, help: 'kubelet probe SNAT address', kind: 'string' },
   { flag: 'snat-ipv6', env: 'HOST_PROBE_SNAT_IPV6', fallback: DEFAULT_HOST_PROBE_SNAT_IPV6, help: 'kubelet probe SNAT address (IPv6)', kind: 'string' },
   { flag: 'plugin-source', env: 'CNI_PLUGIN_SOURCE', fallback: '', help: 'plugin binary to install (default: build/Release/istio-cni)', kind: 'string' },
@@ -81,12 +99,41 @@ export const OPTIONS: readonly Option[] = [
   { flag: 'chained-cni-plugin', env: 'CHAINED_CNI_PLUGIN', fallback: 'true', help: 'chain into the primary config (false: a standalone config file)', kind: 'bool' },
   { flag: 'istio-owned-cni-config', env: 'ISTIO_OWNED_CNI_CONFIG', fallback: 'false', help: 'leave the primary config alone; write our own that sorts first', kind: 'bool' },
   { flag: 'istio-owned-cni-config-filename', env: 'ISTIO_OWNED_CNI_CONFIG_FILENAME', fallback: '', help: 'its name (default 02-istio-cni.conflist)', kind: 'string' },
+  { flag: 'ztunnel-wait-timeout', env: 'AMBIENT_ZTUNNEL_WAIT_TIMEOUT', fallback: '3s', help: `how long an ADD waits for a restarting ztunnel (Go duration, 0 to max ${MAX_ZTUNNEL_WAIT_MS}ms; 0 fails at once like Istio)`, kind: 'string' },
   { flag: 'reconcile-pod-rules-on-startup', env: 'AMBIENT_RECONCILE_POD_RULES_ON_STARTUP', fallback: 'true', help: 'verify and repair in-pod rules at start', kind: 'bool' },
+  { flag: 'enable-ambient-detection-retry', env: 'ENABLE_AMBIENT_DETECTION_RETRY', fallback: 'false', help: "written into the CNI config entry for Istio's plugin (this plugin asks the agent, never the API server)", kind: 'bool' },
 ];
 
+/**
+ * Variables Istio's chart (manifests/charts/istio-cni) sets that this agent accepts and does not
+ * use, with the reason: they never cause a warning or an error.
+ */
+export const ACCEPTED_UNUSED_ENV: ReadonlyArray<{ env: string; why: string }> = [
+  { env: 'CURRENT_AGENT_VERSION', why: 'the chart tag; Istio does not read it either' },
+  { env: 'ISTIO_OWNED_CNI_CONF_FILENAME', why: "the chart's spelling; Istio reads ISTIO_OWNED_CNI_CONFIG_FILENAME, so the owned file stays 02-istio-cni.conflist, here too" },
+  { env: 'REPAIR_ENABLED', why: 'the repair controller is for sidecar pods (istio-validation init container); this agent is ambient only' },
+  { env: 'REPAIR_LABEL_PODS', why: 'sidecar repair (see REPAIR_ENABLED)' },
+  { env: 'REPAIR_DELETE_PODS', why: 'sidecar repair (see REPAIR_ENABLED)' },
+  { env: 'REPAIR_REPAIR_PODS', why: 'sidecar repair (see REPAIR_ENABLED)' },
+  { env: 'REPAIR_INIT_CONTAINER_NAME', why: 'sidecar repair (see REPAIR_ENABLED)' },
+  { env: 'REPAIR_BROKEN_POD_LABEL_KEY', why: 'sidecar repair (see REPAIR_ENABLED)' },
+  { env: 'REPAIR_BROKEN_POD_LABEL_VALUE', why: 'sidecar repair (see REPAIR_ENABLED)' },
+  { env: 'REPAIR_NODE_NAME', why: 'sidecar repair (see REPAIR_ENABLED); the node is NODE_NAME' },
+  { env: 'REPAIR_RUN_AS_DAEMON', why: 'unused by Istio too' },
+  { env: 'REPAIR_SIDECAR_ANNOTATION', why: 'sidecar repair (see REPAIR_ENABLED)' },
+  { env: 'GOMEMLIMIT', why: "the Go runtime's memory limit; Node's heap cannot be resized from the environment at run time" },
+  { env: 'POD_NAME', why: 'the agent identifies itself by POD_NAMESPACE and the DaemonSet name' },
+];
+
+/** The flag / variable table and the accepted-but-unused variables (run --help, install-cni --help). */
+export function optionsHelp(): string {
+  const rows = OPTIONS.map((o) => `  --${o.flag.padEnd(31)} ${(o.env ?? '').padEnd(39)} ${o.help} (default ${JSON.stringify(o.fallback)})`);
+  const unused = ACCEPTED_UNUSED_ENV.map((v) => `  ${v.env.padEnd(31)} ${v.why}`);
+  return `flag / environment variable / meaning:\n${rows.join('\n')}\n\nset by Istio's chart, accepted and not used here:\n${unused.join('\n')}\n`;
+}
+
 export function usage(): string {
-  const rows = OPTIONS.map((o) => `  --${o.flag.padEnd(20)} ${(o.env ?? '').padEnd(22)} ${o.help} (default ${JSON.stringify(o.fallback)})`);
-  return `usage: ambient-node-agent run [options]\n\nflag / environment variable / meaning:\n${rows.join('\n')}\n`;
+  return `usage: ambient-node-agent run [options]\n\n${optionsHelp()}`;
 }
 
 type Raw = Record<string, string>;
@@ -117,6 +164,26 @@ function port(raw: Raw, flag: string, problems: string[]): number {
   return n;
 }
 
+const GO_DURATION_UNITS_MS: Record<string, number> = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+
+/** A Go duration ("3s", "1.5s", "500ms", "1m30s", "0") in milliseconds; undefined when malformed. */
+export function parseGoDurationMs(text: string): number | undefined {
+  if (text === '0') return 0;
+  const parts = [...text.matchAll(/(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)/gy)];
+  if (parts.length === 0 || parts.map((p) => p[0]).join('') !== text) return undefined;
+  return parts.reduce((ms, p) => ms + Number(p[1]) * GO_DURATION_UNITS_MS[p[2]!]!, 0);
+}
+
+function ztunnelWait(raw: Raw, problems: string[]): number {
+  const text = raw['ztunnel-wait-timeout'] ?? '';
+  const ms = parseGoDurationMs(text);
+  if (ms === undefined || ms > MAX_ZTUNNEL_WAIT_MS) {
+    problems.push(`--ztunnel-wait-timeout: expected a duration from 0 to ${MAX_ZTUNNEL_WAIT_MS}ms (inside the ${ADD_ANSWER_MS} ms ADD answer), got ${JSON.stringify(text)}`);
+    return 0;
+  }
+  return Math.round(ms);
+}
+
 function backendOf(raw: string, problems: string[]): 'nftables' | 'iptables' {
   if (raw === 'nftables' || raw === 'iptables') return raw;
   const asBool = parseGoBool(raw); // NATIVE_NFTABLES=true|false, as Istio's chart sets it
@@ -134,7 +201,9 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
   if (kubeMode !== 'auto' && kubeMode !== 'none') problems.push(`--kube-mode: expected auto or none, got ${JSON.stringify(kubeMode)}`);
   if (!isIPv4(get('snat-ipv4'))) problems.push(`--snat-ipv4: not an IPv4 address: ${JSON.stringify(get('snat-ipv4'))}`);
   if (!isIPv6(get('snat-ipv6'))) problems.push(`--snat-ipv6: not an IPv6 address: ${JSON.stringify(get('snat-ipv6'))}`);
-  if (!['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'].includes(get('log-level'))) problems.push(`--log-level: unknown level ${JSON.stringify(get('log-level'))}`);
+  const logLevel = get('log-level');
+  if (!isPinoLevel(logLevel)) problems.push(`--log-level: unknown level ${JSON.stringify(logLevel)} (want one of ${PINO_LEVELS.join(', ')})`);
+  const { levels: logLevels, error: logLevelProblem } = applyOutputLevels(get('log-output-level'), uniformLevels(isPinoLevel(logLevel) ? logLevel : 'info'));
   const config: AgentConfig = {
     cniBinDir: get('cni-bin-dir'),
     cniConfDir: get('cni-conf-dir'),
@@ -151,7 +220,9 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
     healthPort: port(raw, 'health-port', problems),
     metricsPort: port(raw, 'metrics-port', problems),
     podNamespace: get('pod-namespace'),
-    logLevel: get('log-level'),
+    logLevel,
+    logLevels,
+    logLevelProblem,
     hostProbeSnatIpv4: get('snat-ipv4'),
     hostProbeSnatIpv6: get('snat-ipv6'),
     pluginSource: get('plugin-source') || defaultPluginSource,
@@ -164,6 +235,8 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
     chainedCniPlugin: bool(raw, 'chained-cni-plugin', problems),
     istioOwnedCniConfig: bool(raw, 'istio-owned-cni-config', problems),
     istioOwnedCniConfigFilename: get('istio-owned-cni-config-filename') || undefined,
+    enableAmbientDetectionRetry: bool(raw, 'enable-ambient-detection-retry', problems),
+    ztunnelWaitMs: ztunnelWait(raw, problems),
   };
   if (!bool(raw, 'ambient-enabled', problems)) problems.push('--ambient-enabled: only ambient mode is implemented (sidecar-mode CNI is not); it must be true');
   if (problems.length > 0) throw new UsageError(problems.join('\n'));

@@ -18,7 +18,10 @@ export interface AgentMode {
   prepare(): Promise<void>;
   /** After ZDS listens: start acting on events. */
   run(): void;
+  /** Resolves once the pod is enrolled (the plugin-event server answers it by ADD_ANSWER_MS). */
   cniAdd(e: PluginAddEvent): Promise<void>;
+  /** What a running ADD still waits for, named when it is answered before it finished. */
+  pendingAdd?(e: PluginAddEvent): string | undefined;
   cniDel(e: PluginDelEvent): Promise<void>;
   cniCheck(e: PluginAddEvent): Promise<string | undefined>;
   notReadyReasons(): string[];

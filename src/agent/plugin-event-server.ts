@@ -6,7 +6,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { silentLogger, type Logger } from '../ops/log.js';
 import { closeServer, listenPrivateSocket } from '../util/http-server.js';
 import { isCniIdentifier, isDnsLabel, isDnsSubdomain, isPlainIp, MAX_CONTAINER_ID_BYTES, netnsPathProblem } from '../cni/fields.js';
-import { ROUTE_ADD, ROUTE_CHECK, ROUTE_DEL, type PluginAddEvent, type PluginDelEvent, type PluginIpConfig } from '../cni/protocol.js';
+import { ADD_ANSWER_MS, ROUTE_ADD, ROUTE_CHECK, ROUTE_DEL, type PluginAddEvent, type PluginDelEvent, type PluginIpConfig } from '../cni/protocol.js';
+import { answerWithin } from '../util/deadline.js';
 
 const MAX_BODY_BYTES = 64 * 1024;
 /** Far more addresses than any pod has; only bounds the work a hostile body can cause. */
@@ -28,6 +29,13 @@ export interface PluginEventHandlers {
   del(event: PluginDelEvent): Promise<void>;
   /** Resolves with a problem description, or undefined when the pod is fine. */
   check(event: PluginAddEvent): Promise<string | undefined>;
+  /** What an ADD still running at the answer deadline waits for ("ztunnel has not acknowledged it"). */
+  pendingAdd?(event: PluginAddEvent): string | undefined;
+}
+
+export interface PluginEventServerOptions {
+  /** Every ADD is answered within this (default ADD_ANSWER_MS); tests shorten it. */
+  addAnswerMs?: number;
 }
 
 function shown(value: string): string {
@@ -197,12 +205,16 @@ export class PluginEventServer {
   #drained: Array<() => void> = [];
   onRequest: RequestObserver = () => {};
 
+  readonly #addAnswerMs: number;
+
   constructor(
     private readonly socketPath: string,
     private readonly handlers: PluginEventHandlers,
     log: Logger = silentLogger,
+    options: PluginEventServerOptions = {},
   ) {
     this.#log = log.child({ component: 'plugin-events' });
+    this.#addAnswerMs = options.addAnswerMs ?? ADD_ANSWER_MS;
   }
 
   async start(): Promise<void> {
@@ -270,10 +282,32 @@ export class PluginEventServer {
     res.writeHead(status, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' }).end(body);
   }
 
+  /**
+   * The one ADD deadline: the answer goes out before the plugin gives up (PLUGIN_AGENT_TIMEOUT_MS),
+   * naming what the enrolment still waits for; the enrolment carries on.
+   */
+  #addInTime(event: PluginAddEvent): Promise<void> {
+    const ms = this.#addAnswerMs;
+    const log = this.#log.child({ pod: `${event.PodNamespace}/${event.PodName}`, uid: event.PodUID || undefined });
+    return answerWithin(this.handlers.add(event), {
+      ms,
+      late: () => {
+        const pending = this.handlers.pendingAdd?.(event) ?? 'it is still in progress';
+        const err = new Error(`pod ${event.PodNamespace}/${event.PodName} not enrolled within ${ms} ms: ${pending}`);
+        log.warn({ err: err.message }, 'answering the ADD before the plugin gives up; the enrolment carries on (a retried ADD completes it)');
+        return err;
+      },
+      settledLate: (err) =>
+        err === undefined
+          ? log.info('late enrolment finished after the ADD was answered')
+          : log.warn({ err: (err as Error).message }, 'late enrolment failed after the ADD was answered'),
+    });
+  }
+
   async #dispatch(route: string, json: unknown): Promise<string | undefined> {
     switch (route) {
       case ROUTE_ADD:
-        return void (await this.handlers.add(parseAddEvent(json)));
+        return void (await this.#addInTime(parseAddEvent(json)));
       case ROUTE_DEL:
         return void (await this.handlers.del(parseDelEvent(json)));
       case ROUTE_CHECK: {

@@ -8,7 +8,8 @@
 // JSON objects are skipped and counted, as Istio does), 400 when the body is not a JSON array,
 // 404 for another path, 405 for another method, 413 past 1 MiB.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { Logger } from '../ops/log.js';
+import type { ScopeLevels } from '../ops/log-levels.js';
+import { scopeLogger, type Logger } from '../ops/log.js';
 import { closeServer, listenPrivateSocket } from '../util/http-server.js';
 
 /** Istio's constants.UDSLogPath. */
@@ -118,9 +119,11 @@ export class PluginLogServer {
   constructor(
     private readonly socketPath: string,
     log: Logger,
+    /** The plugin's lines pass at the cni-plugin scope's level (Istio's pluginLog scope). */
+    levels?: ScopeLevels,
   ) {
     this.#log = log.child({ component: 'plugin-log' });
-    this.#pluginLog = log.child({ scope: PLUGIN_LOG_SCOPE });
+    this.#pluginLog = scopeLogger(log, PLUGIN_LOG_SCOPE, levels);
     // pino writes the level, time and bindings (scope, name, component...) first and the logged
     // object's fields after them, so a same-named field would win when the line is parsed.
     this.#reserved = new Set(['level', 'time', 'msg', 'pid', 'hostname', ...Object.keys(this.#pluginLog.bindings())]);

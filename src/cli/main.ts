@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // The ambient-node-agent command line: dispatches to one subcommand per concern.
 import { realpathSync } from 'node:fs';
+import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { NetAddon } from '../addon/net-addon.js';
 import { UsageError } from '../util/usage-error.js';
@@ -9,6 +10,8 @@ const USAGE = `usage: ambient-node-agent <command> [options]
 
 commands:
   run      the node agent (DaemonSet entrypoint); run --help lists every flag and env var
+  install-cni  the same, with Istio's command line (--log_output_level, --log_as_json) and log
+           formats; also what runs when this program is started as \`install-cni\` (Istio's chart)
   pods     the pods the running agent tracks (netns, rule state, ztunnel state), from /debug/pods
   demo     the whole CNI path on this machine (root, no Kubernetes), narrated, then cleaned up
   uninstall  remove the CNI config entry and the plugin binary this agent installed
@@ -17,6 +20,14 @@ commands:
 
 Run "ambient-node-agent <command> --help" for a command's options.
 `;
+
+/** Istio's entrypoint name (the chart's `command: ["install-cni"]`). */
+export const INSTALL_CNI = 'install-cni';
+
+/** argv after the script: started as install-cni (the image's link), it is that command. */
+export function commandLine(script: string, args: string[]): string[] {
+  return basename(script) === INSTALL_CNI ? [INSTALL_CNI, ...args] : args;
+}
 
 export interface MainIO {
   out(text: string): void;
@@ -41,6 +52,8 @@ export async function main(argv: string[], io: MainIO = processIO, addon?: NetAd
       }
       case 'run':
         return await (await import('./run-command.js')).runAgent(rest, io.out, untilSignal());
+      case INSTALL_CNI:
+        return await (await import('./install-cni-command.js')).runInstallCni(rest, io.out, untilSignal());
       case 'demo':
         return await (await import('../demo/demo-command.js')).runDemo(io.out, untilSignal());
       case 'pods':
@@ -63,7 +76,7 @@ export async function main(argv: string[], io: MainIO = processIO, addon?: NetAd
         io.out(`${USAGE}\n${(await import('../agent/config.js')).usage()}`);
         return command === undefined ? 2 : 0;
       default:
-        throw new UsageError(`unknown command ${JSON.stringify(command)} (commands: run, pods, demo, uninstall, rules, zds)`);
+        throw new UsageError(`unknown command ${JSON.stringify(command)} (commands: run, install-cni, pods, demo, uninstall, rules, zds)`);
     }
   } catch (err) {
     if (err instanceof UsageError || err instanceof RangeError) {
@@ -94,7 +107,7 @@ function isEntryPoint(): boolean {
 }
 
 if (isEntryPoint()) {
-  main(process.argv.slice(2)).then((code) => {
+  main(commandLine(process.argv[1] ?? '', process.argv.slice(2))).then((code) => {
     process.exitCode = code;
   });
 }

@@ -1,11 +1,15 @@
 // `ambient-node-agent pods`: the agent's /debug/pods as a table, for troubleshooting on a node.
+// It asks the agent over <run dir>/debug.sock (root only), where the agent serves it.
 import { parseArgs } from 'node:util';
+import { debugSocketPath, getDebug, ROUTE_DEBUG_PODS } from '../agent/debug-server.js';
 import { UsageError } from '../util/usage-error.js';
 
-export const PODS_USAGE = `usage: ambient-node-agent pods [--health-port 8000] [--host 127.0.0.1] [--json]
+export const PODS_USAGE = `usage: ambient-node-agent pods [--run-dir /var/run/istio-cni] [--json]
 
 Prints every pod the running agent tracks: its netns inode, whether its in-pod rules are as
 expected right now (verified on request), and what each ztunnel connection said about it.
+Asks the agent on <run dir>/debug.sock (root only); --run-dir defaults to CNI_AGENT_RUN_DIR,
+then /var/run/istio-cni, as for \`run\`.
 `;
 
 interface DebugPods {
@@ -34,7 +38,7 @@ export function podsTable(body: DebugPods): string {
 export async function runPodsCommand(args: string[], out: (s: string) => void): Promise<number> {
   let values;
   try {
-    ({ values } = parseArgs({ args, options: { 'health-port': { type: 'string', default: process.env['HEALTH_PORT'] ?? '8000' }, host: { type: 'string', default: '127.0.0.1' }, json: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } } }));
+    ({ values } = parseArgs({ args, options: { 'run-dir': { type: 'string', default: process.env['CNI_AGENT_RUN_DIR'] || '/var/run/istio-cni' }, json: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } } }));
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
@@ -42,15 +46,15 @@ export async function runPodsCommand(args: string[], out: (s: string) => void): 
     out(PODS_USAGE);
     return 0;
   }
-  const url = `http://${values.host}:${values['health-port']}/debug/pods`;
-  let res: Response;
+  const socket = debugSocketPath(values['run-dir']);
+  let res: { status: number; body: string };
   try {
-    res = await fetch(url, { signal: AbortSignal.timeout(30_000) });
+    res = await getDebug(socket, ROUTE_DEBUG_PODS);
   } catch (err) {
-    throw new Error(`cannot reach the agent at ${url}: ${(err as Error).message}`, { cause: err });
+    throw new Error(`cannot reach the agent at ${socket}: ${(err as Error).message}`, { cause: err });
   }
-  if (!res.ok) throw new Error(`${url} answered ${res.status}: ${(await res.text()).trim()}`);
-  const body = (await res.json()) as DebugPods;
+  if (res.status !== 200) throw new Error(`${socket} ${ROUTE_DEBUG_PODS} answered ${res.status}: ${res.body.trim()}`);
+  const body = JSON.parse(res.body) as DebugPods;
   out(values.json ? `${JSON.stringify(body, null, 2)}\n` : podsTable(body));
   return 0;
 }

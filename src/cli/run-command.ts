@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import type { Installer } from '../agent/agent.js';
 import type { AgentMode, ModeDeps } from '../agent/mode.js';
 import { loadAgentConfig, usage, type AgentConfig } from '../agent/config.js';
-import type { Logger } from '../ops/log.js';
+import type { LogFormat, Logger } from '../ops/log.js';
 import { projectRoot } from '../project-root.js';
 import { bindZdsSocket } from '../zds/bind.js';
 
@@ -38,6 +38,10 @@ async function modeFactory(config: AgentConfig, env: NodeJS.ProcessEnv): Promise
 
 export interface RunOptions {
   makeInstaller?: (config: AgentConfig, log: Logger) => Installer | undefined;
+  /** `run`: pino's JSON; `install-cni`: Istio's console lines, or its JSON with --log_as_json. */
+  logFormat?: LogFormat;
+  /** The usage text for --help (install-cni has its own). */
+  usage?: string;
 }
 
 function configFrom(args: string[]): AgentConfig {
@@ -47,20 +51,23 @@ function configFrom(args: string[]): AgentConfig {
 
 export async function runAgent(args: string[], out: (s: string) => void, stop: Promise<void>, options: RunOptions = {}): Promise<number> {
   if (args.includes('--help') || args.includes('-h')) {
-    out(RUN_USAGE);
+    out(options.usage ?? RUN_USAGE);
     return 0;
   }
   const config = configFrom(args);
   const zdsListener = bindZdsSocket(config.zdsSocket);
-  const [{ Agent }, { installerFor }, { createLogger }] = await Promise.all([
+  const [{ Agent }, { installerFor }, { createLogger, processLogger }] = await Promise.all([
     import('../agent/agent.js'),
     import('../cni-install/from-agent-config.js'),
     import('../ops/log.js'),
   ]);
-  const log = createLogger({ level: config.logLevel });
+  const agentLog = createLogger({ levels: config.logLevels, format: options.logFormat ?? 'json' });
+  const log = processLogger(agentLog, config.logLevels);
+  // As Istio's install-cni: a bad --log_output_level is reported and the agent runs on.
+  if (config.logLevelProblem) agentLog.error({ err: config.logLevelProblem }, 'failed to configure log levels');
   const makeInstaller = options.makeInstaller ?? ((c, l) => installerFor(c, l));
-  const installer = makeInstaller(config, log);
-  const agent = new Agent(config, { log, zdsListener, makeMode: await modeFactory(config, process.env), ...(installer ? { installer } : {}) });
+  const installer = makeInstaller(config, agentLog);
+  const agent = new Agent(config, { log: agentLog, zdsListener, makeMode: await modeFactory(config, process.env), ...(installer ? { installer } : {}) });
   // A SIGTERM may come while start() still waits (for a CNI config to appear, say): stop then.
   const started = agent.start();
   const first = await Promise.race([started.then(() => 'started' as const), stop.then(() => 'stop' as const)]);
@@ -84,7 +91,8 @@ export async function uninstall(args: string[], out: (s: string) => void): Promi
   }
   const config = configFrom(args);
   const { installerFor } = await import('../cni-install/from-agent-config.js');
-  const result = await installerFor({ ...config, pluginSource: config.pluginSource || '-' }).uninstall();
+  // Uninstall writes no entry: a selector the agent would refuse must not stand in its way.
+  const result = await installerFor({ ...config, enablementSelector: undefined, pluginSource: config.pluginSource || '-' }).uninstall();
   out(`rewrote ${result.rewritten.join(', ') || 'nothing'}; removed ${result.removed.join(', ') || 'nothing'}\n`);
   return 0;
 }

@@ -9,18 +9,23 @@ export const PLUGIN_LOG_SOCKET = 'log.sock';
 /** Written atomically by the agent; read by the plugin only when the agent is unreachable. */
 export const ENABLEMENT_SNAPSHOT_FILE = 'ambient-enablement.json';
 
+/**
+ * How long the plugin waits for the agent's answer (Istio's HTTP client timeout; the plugin's
+ * kAgentTimeoutMs in native/cni-plugin/commands.cc). After it the plugin reports an unreachable
+ * agent ("try again later"), which hides the real cause.
+ */
+export const PLUGIN_AGENT_TIMEOUT_MS = 5_000;
+
+/**
+ * Every ADD is answered within this, naming what is still pending, so the plugin reports the
+ * agent's reason rather than its own timeout. Applied once, by the plugin-event server; the
+ * enrolment itself carries on (a retried ADD of the pod queues behind it).
+ */
+export const ADD_ANSWER_MS = PLUGIN_AGENT_TIMEOUT_MS - 1_000;
+
 export const ROUTE_ADD = '/cmdadd';
 export const ROUTE_DEL = '/cmddel';
 export const ROUTE_CHECK = '/cmdcheck';
-
-/**
- * An ADD is answered within this, naming what is still pending. The plugin gives up on the agent
- * after 5 s (Istio's HTTP timeout) and then reports an unreachable agent ("try again later"),
- * which hides the real cause; ztunnel's ack timeout is 5 s too, and the adds of a burst wait for
- * each other on the one ZDS connection. The work itself carries on: a retried ADD of the pod
- * queues behind it, and a pod ztunnel has not acked stays registered for its next snapshot.
- */
-export const ADD_ANSWER_MS = 4_000;
 
 /** net.IPNet as Go marshals it: the mask is the base64 of its bytes ("////AA==" is /24). */
 export interface PluginIpConfig {

@@ -14,8 +14,7 @@ import { writeEnablementSnapshot } from '../agent/enablement-file.js';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { CoreV1Api } from '@kubernetes/client-node';
 import type { AgentMode, ModeDeps } from '../agent/mode.js';
-import { ADD_ANSWER_MS } from '../cni/protocol.js';
-import { answerWithin } from '../util/answer-within.js';
+import { onboardingPending } from '../pods/onboard.js';
 
 export interface KubernetesModeOptions {
   kc: KubeConfig;
@@ -31,8 +30,6 @@ export interface KubernetesModeOptions {
   /** Tests replace the node-facing parts (host probe rules, /proc scan). */
   host?: HostProbes & { start(): Promise<void>; cleanup(): Promise<void> };
   finder?: NetnsFinder;
-  /** How long a CNI ADD may take before it is answered with what is pending (ADD_ANSWER_MS). */
-  addAnswerMs?: number;
 }
 
 export class KubernetesMode implements AgentMode {
@@ -149,18 +146,14 @@ export class KubernetesMode implements AgentMode {
     this.controller.queue.resume();
   }
 
-  /** Answered within ADD_ANSWER_MS like standalone mode (the plugin gives up after 5 s). */
   cniAdd(e: PluginAddEvent): Promise<void> {
-    const pod = `${e.PodNamespace}/${e.PodName}`;
-    const ms = this.opts.addAnswerMs ?? ADD_ANSWER_MS;
-    return answerWithin(this.controller.cniAdd(e), {
-      ms,
-      late: () => new Error(`pod ${pod} not enrolled within ${ms} ms: its rules or ztunnel's ack are still pending; the enrolment carries on (a retried ADD completes it)`),
-      settledLate: (err) =>
-        err === undefined
-          ? this.deps.log.info({ pod }, 'late enrolment finished after the ADD was answered')
-          : this.deps.log.warn({ pod, err: (err as Error).message }, 'late enrolment failed after the ADD was answered'),
-    });
+    return this.controller.cniAdd(e);
+  }
+
+  pendingAdd(e: PluginAddEvent): string | undefined {
+    const pod = this.pods.get(e.PodNamespace, e.PodName);
+    if (!pod) return 'the pod is not in the informer cache yet';
+    return onboardingPending(this.deps.registry, pod.metadata?.uid ?? '');
   }
 
   /** Istio: removal is driven by the informer (pod deleted or terminated), not by CNI DEL. */

@@ -39,16 +39,34 @@ export class AgentMetrics {
     registers: [this.registry],
   });
 
+  /** CNI ADDs (and informer adds) that found no ztunnel, or lost its connection, and waited for the next one. */
+  readonly ztunnelWaits = new Counter({
+    name: 'ambient_node_agent_ztunnel_waits_total',
+    help: 'Pod adds that waited for a (re)connecting ztunnel, by result (enrolled, failed)',
+    labelNames: ['result'],
+    registers: [this.registry],
+  });
+  readonly ztunnelWaitSeconds = new Histogram({
+    name: 'ambient_node_agent_ztunnel_wait_seconds',
+    help: 'How long pod adds waited for a (re)connecting ztunnel to acknowledge them, by result',
+    labelNames: ['result'],
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
+  });
+
   constructor() {
     collectDefaultMetrics({ register: this.registry });
   }
 }
 
+/** Every path the metrics port answers; anything else is 404. */
+export const METRICS_ROUTES = ['/metrics'] as const;
+
 /** Serves /metrics (and nothing else) on the metrics port. */
 export class MetricsServer extends PortServer {
   constructor(metrics: AgentMetrics, port: number, host = '0.0.0.0') {
     super((req, res) => {
-      if (req.url !== '/metrics') return void res.writeHead(404).end('not found\n');
+      if ((req.url ?? '').split('?')[0] !== '/metrics') return void res.writeHead(404).end('not found\n');
       metrics.registry.metrics().then(
         (text) => res.writeHead(200, { 'Content-Type': metrics.registry.contentType }).end(text),
         (err: Error) => res.writeHead(500).end(err.message),

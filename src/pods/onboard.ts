@@ -21,8 +21,6 @@ export interface OnboardResult {
 export interface OnboardDeps {
   rules: InpodRuleManager;
   registry: PodRegistry;
-  /** Called as soon as the rules are in (a slow ztunnel can then be reported as the hold-up). */
-  onRulesApplied?: () => void;
 }
 
 const msSince = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e6;
@@ -41,10 +39,7 @@ export async function onboardPod(deps: OnboardDeps, pod: PodIdentity, netns: Net
   const start = process.hrtime.bigint();
   // ztunnel's half is the longer one (it enters the netns and binds four listeners): send first.
   const announced = deps.registry.announce(pod.uid).then(() => msSince(start));
-  const applied = deps.rules.apply(handle, overrides).then((stamp) => {
-    deps.onRulesApplied?.();
-    return { ms: msSince(start), stamp };
-  });
+  const applied = deps.rules.apply(handle, overrides).then((stamp) => ({ ms: msSince(start), stamp }));
   const [rules, zds] = await Promise.allSettled([applied, announced]);
   if (rules.status === 'rejected') {
     if (!wasRegistered) await deps.registry.delete(pod.uid).catch(() => undefined);
@@ -53,4 +48,15 @@ export async function onboardPod(deps: OnboardDeps, pod: PodIdentity, netns: Net
   }
   if (zds.status === 'rejected') throw zds.reason;
   return { rulesMs: rules.value.ms, zdsMs: zds.value, ...(rules.value.stamp ? { stamp: rules.value.stamp } : {}) };
+}
+
+/**
+ * What a pod's onboarding still waits for, for an ADD answered before it finished; undefined
+ * when the pod is not registered yet (nothing of it has started).
+ */
+export function onboardingPending(registry: PodRegistry, uid: string): string | undefined {
+  if (!registry.has(uid)) return undefined;
+  return registry.awaitingZtunnel(uid)
+    ? 'ztunnel has not acknowledged it (the pod stays registered and goes to ztunnel with its next snapshot)'
+    : 'its in-pod rules are not applied yet';
 }

@@ -2,17 +2,15 @@
 // redirection, remember the pod, hand it to ztunnel. Used by the CNI path (and, after a restart,
 // to pick the enrolled pods up again). One operation per pod at a time.
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
-import { ADD_ANSWER_MS } from '../cni/protocol.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { describeDrift, type DriftReport } from '../rules/drift.js';
 import type { InpodRuleManager, RulesStamp } from '../rules/manager.js';
 import { NO_OVERRIDES } from '../rules/settings.js';
 import { KeyedQueue } from '../util/keyed-queue.js';
-import { answerWithin } from '../util/answer-within.js';
 import { mapLimit } from '../util/map-limit.js';
 import type { PodIdentity, PodRegistry } from '../zds/registry.js';
 import { PodNetnsOpener } from '../pods/netns-path.js';
-import { onboardPod, RuleApplyError } from '../pods/onboard.js';
+import { onboardingPending, onboardPod, RuleApplyError } from '../pods/onboard.js';
 import type { EnrolledPod, PodStateStore } from './state-store.js';
 
 /** What the CNI path knows about a pod. */
@@ -34,13 +32,6 @@ export interface EnrollerDeps {
   netnsRoot: string;
   excludeNamespaces: readonly string[];
   log?: Logger;
-  /** How long an ADD may take before it is answered with what is still pending (ADD_ANSWER_MS). */
-  addAnswerMs?: number;
-}
-
-interface AddProgress {
-  stage: 'queued' | 'enrolling';
-  rulesApplied: boolean;
 }
 
 const RESTORE_CONCURRENCY = 8;
@@ -59,6 +50,8 @@ export class PodEnroller {
   readonly #opener: PodNetnsOpener;
   /** Pods reopen() registered whose rules verifyReopened() has not checked yet. */
   readonly #reopened: string[] = [];
+  /** ADDs waiting behind an earlier ADD or DEL of the same pod (what a late answer names). */
+  readonly #queuedAdds = new Map<string, number>();
 
   constructor(private readonly deps: EnrollerDeps) {
     this.#log = (deps.log ?? silentLogger).child({ component: 'enroller' });
@@ -74,9 +67,9 @@ export class PodEnroller {
    * rules (one copy) and re-sends the same netns (ztunnel treats it as a no-op).
    */
   add(pod: CniPod): Promise<void> {
-    const progress: AddProgress = { stage: 'queued', rulesApplied: false };
-    const work = this.#queue.run(pod.uid, async () => {
-      progress.stage = 'enrolling';
+    this.#queuedAdds.set(pod.uid, (this.#queuedAdds.get(pod.uid) ?? 0) + 1);
+    return this.#queue.run(pod.uid, async () => {
+      this.#dequeued(pod.uid);
       const log = this.#log.child({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid });
       if (this.isExcluded(pod.namespace)) return log.info('namespace excluded; not enrolling');
       const netns = this.#open(pod.netnsPath);
@@ -89,8 +82,7 @@ export class PodEnroller {
         throw new Error(`cannot record the pod in ${this.deps.store.dir}: ${(err as Error).message}`, { cause: err });
       }
       try {
-        const deps = { ...this.deps, onRulesApplied: () => void (progress.rulesApplied = true) };
-        const { rulesMs, zdsMs, stamp } = await onboardPod(deps, this.#identity(pod), netns, NO_OVERRIDES);
+        const { rulesMs, zdsMs, stamp } = await onboardPod(this.deps, this.#identity(pod), netns, NO_OVERRIDES);
         this.#remember(pod.uid, stamp);
         log.info({ rulesMs, zdsMs, netnsIno: netns.ino }, 'pod enrolled');
       } catch (err) {
@@ -98,31 +90,18 @@ export class PodEnroller {
         throw err;
       }
     });
-    return this.#answerWithin(work, pod, progress);
   }
 
-  /** `work`'s outcome, or after addAnswerMs an error naming what it still waits for (it carries on). */
-  #answerWithin(work: Promise<void>, pod: CniPod, progress: AddProgress): Promise<void> {
-    const ms = this.deps.addAnswerMs ?? ADD_ANSWER_MS;
-    const log = (): Logger => this.#log.child({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid });
-    return answerWithin(work, {
-      ms,
-      late: () => {
-        const pending =
-          progress.stage === 'queued'
-            ? 'an earlier ADD or DEL of this pod is still running'
-            : progress.rulesApplied
-              ? 'ztunnel has not acknowledged it (its in-pod rules are in place; the pod stays registered and goes to ztunnel with its next snapshot)'
-              : 'its in-pod rules are not applied yet';
-        const err = new Error(`pod ${pod.namespace}/${pod.name} not enrolled within ${ms} ms: ${pending}`);
-        log().warn({ err: err.message }, 'answering the ADD before the plugin gives up; the enrolment carries on');
-        return err;
-      },
-      settledLate: (err) =>
-        err === undefined
-          ? log().info('late enrolment finished after the ADD was answered')
-          : log().warn({ err: (err as Error).message }, 'late enrolment failed after the ADD was answered'),
-    });
+  /** What an ADD of this pod that is still running waits for (named in an ADD answered late). */
+  pendingAdd(uid: string): string | undefined {
+    if (this.#queuedAdds.has(uid)) return 'an earlier ADD or DEL of this pod is still running';
+    return onboardingPending(this.deps.registry, uid);
+  }
+
+  #dequeued(uid: string): void {
+    const left = (this.#queuedAdds.get(uid) ?? 1) - 1;
+    if (left > 0) this.#queuedAdds.set(uid, left);
+    else this.#queuedAdds.delete(uid);
   }
 
   /**

@@ -55,6 +55,10 @@ export class StandaloneMode implements AgentMode {
     return this.enroller.add(cniPodOf(e));
   }
 
+  pendingAdd(e: PluginAddEvent): string | undefined {
+    return this.enroller.pendingAdd(cniPodOf(e).uid);
+  }
+
   async cniDel(e: PluginDelEvent): Promise<void> {
     const uid = e.PodUID || this.enroller.uidOf(e.PodNamespace, e.PodName);
     if (uid) await this.enroller.remove(uid);

@@ -31,6 +31,30 @@ export type ConnectionState = 'hello' | 'snapshot' | 'ready' | 'closed';
 /** Called after every request/ack exchange (for the ack latency histogram). */
 export type AckObserver = (request: string, seconds: number, ok: boolean) => void;
 
+/** A promise with its settle functions outside (rejections are handled: only awaiters see them). */
+interface Deferred<T> {
+  promise: Promise<T>;
+  resolve(value: T): void;
+  reject(err: Error): void;
+}
+
+function deferred<T>(): Deferred<T> {
+  let resolve!: (value: T) => void;
+  let reject!: (err: Error) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  promise.catch(() => {});
+  return { promise, resolve, reject };
+}
+
+/** A pod's add in this connection's snapshot: its ack answers the pod's ADD (undefined: sent as keep after all). */
+interface SnapshotAdd {
+  netns: FdSource;
+  ack: Deferred<string | undefined>;
+}
+
 interface Expectation {
   resolve(data: Buffer): void;
   reject(err: Error): void;
@@ -51,6 +75,10 @@ export class ZdsConnection {
   #markReady!: () => void;
   #failReady!: (err: Error) => void;
   #closeReason: string | undefined;
+  /** Resolves once the snapshot's entries are taken (after the hello). */
+  readonly #snapshotTaken = deferred<void>();
+  /** The snapshot's adds until snapshot_sent is acked, by pod. */
+  readonly #snapshotAdds = new Map<string, SnapshotAdd>();
   helloVersion: number | undefined;
   requestsSent = 0;
   /** What this ztunnel said about each pod: acked, kept, or its error text (for /debug/pods). */
@@ -80,17 +108,27 @@ export class ZdsConnection {
     return this.#closeReason;
   }
 
-  /** Reads the hello, sends the snapshot and snapshot_sent. Closes the connection on failure. */
+  /**
+   * Reads the hello, sends the snapshot and snapshot_sent, each acked before the next. Closes
+   * the connection on failure. A pod whose netns handle was closed after the entries were taken
+   * (its sandbox replaced or deleted meanwhile) goes out as `keep`: ztunnel keeps what it runs,
+   * and the add or del that follows the snapshot settles it.
+   */
   async handshake(snapshot: () => readonly SnapshotEntry[]): Promise<void> {
     try {
       this.helloVersion = decodeHello(await this.#next(this.timeouts.helloMs, 'hello')).version;
       this.#state = 'snapshot';
       const entries = snapshot().filter((e) => !e.netns?.closed);
+      for (const e of entries) if (e.netns) this.#snapshotAdds.set(e.uid, { netns: e.netns, ack: deferred() });
+      this.#snapshotTaken.resolve();
       for (const entry of entries) {
-        const error = await this.#exchange(snapshotRequest(entry), entry.netns);
+        const netns = entry.netns && !entry.netns.closed ? entry.netns : undefined;
+        const error = await this.#exchange(snapshotRequest(entry.uid, entry.workloadInfo, netns), netns);
+        this.#snapshotAdds.get(entry.uid)?.ack.resolve(netns ? error : undefined);
         if (error) this.log.warn({ conn: this.id, uid: entry.uid, ztunnelError: error }, 'ztunnel rejected a snapshot entry');
       }
       await this.#exchange({ snapshotSent: {} });
+      this.#snapshotAdds.clear();
       this.#state = 'ready';
       this.log.info({ conn: this.id, pods: entries.length, helloVersion: this.helloVersion }, 'ztunnel snapshot sent');
       this.#markReady();
@@ -98,6 +136,21 @@ export class ZdsConnection {
       this.close(`handshake failed: ${(err as Error).message}`);
       throw err;
     }
+  }
+
+  /**
+   * Hands a pod to this ztunnel once: when the pod is in this connection's snapshot with the same
+   * netns, that entry's ack is the answer (no second add to the same ztunnel); otherwise an add
+   * after the snapshot. Resolves with ztunnel's ack error text ('' = ok).
+   */
+  async addPod(uid: string, info: WorkloadInfo, netns: FdSource): Promise<string> {
+    if (this.#state === 'hello') await this.#snapshotTaken.promise;
+    const inSnapshot = this.#snapshotAdds.get(uid);
+    if (inSnapshot?.netns === netns) {
+      const error = await inSnapshot.ack.promise;
+      if (error !== undefined) return error;
+    }
+    return this.request({ add: { uid, workloadInfo: info } }, netns);
   }
 
   /** Sends one request after everything queued before it; resolves with ztunnel's ack error text ('' = ok). */
@@ -118,6 +171,9 @@ export class ZdsConnection {
     this.socket.close();
     const err = new ZdsError('ZDS_CONNECTION_CLOSED', `ztunnel connection ${this.id} closed: ${reason}`, true);
     this.#failReady(err);
+    this.#snapshotTaken.reject(err);
+    for (const entry of this.#snapshotAdds.values()) entry.ack.reject(err);
+    this.#snapshotAdds.clear();
     const pending = this.#expect;
     this.#expect = undefined;
     if (pending) {
@@ -204,6 +260,6 @@ export class ZdsConnection {
   }
 }
 
-function snapshotRequest(entry: SnapshotEntry): WorkloadRequest {
-  return entry.netns ? { add: { uid: entry.uid, workloadInfo: entry.workloadInfo } } : { keep: { uid: entry.uid } };
+function snapshotRequest(uid: string, workloadInfo: WorkloadInfo, netns: FdSource | undefined): WorkloadRequest {
+  return netns ? { add: { uid, workloadInfo } } : { keep: { uid } };
 }

@@ -17,6 +17,8 @@ interface RegisteredPod {
 
 export class PodRegistry {
   readonly #pods = new Map<string, RegisteredPod>();
+  /** Announcements sent (or waiting for a ztunnel) and not acknowledged yet, per pod. */
+  readonly #announcing = new Map<string, number>();
 
   constructor(private readonly zds: ZdsSink) {}
 
@@ -50,7 +52,19 @@ export class PodRegistry {
   async announce(uid: string): Promise<void> {
     const pod = this.#pods.get(uid);
     if (!pod?.netns) throw new Error(`pod ${uid} has no registered netns to send`);
-    await this.zds.podAdded(uid, pod.info, pod.netns);
+    this.#announcing.set(uid, (this.#announcing.get(uid) ?? 0) + 1);
+    try {
+      await this.zds.podAdded(uid, pod.info, pod.netns);
+    } finally {
+      const left = (this.#announcing.get(uid) ?? 1) - 1;
+      if (left > 0) this.#announcing.set(uid, left);
+      else this.#announcing.delete(uid);
+    }
+  }
+
+  /** An announcement of the pod is waiting for ztunnel's ack. */
+  awaitingZtunnel(uid: string): boolean {
+    return this.#announcing.has(uid);
   }
 
   /**

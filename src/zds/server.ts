@@ -1,12 +1,14 @@
 // The node agent's ZDS server: ztunnel connects here and receives every ambient pod's netns.
-// Adds go to the newest connection (the new ztunnel during a rolling update); deletes go to all.
+// Adds go to the newest connection (the new ztunnel during a rolling update), and wait, bounded,
+// for the next one when there is none (pod-add-delivery.ts); deletes go to all.
 import { bindZdsSocket } from './bind.js';
 import type { SeqpacketListener, SeqpacketSocket } from '../addon/seqpacket.js';
 import type { RawAddon } from '../addon/binding.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import type { WorkloadInfo } from './codec.js';
 import { ISTIO_TIMEOUTS, ZdsConnection, type AckObserver, type FdSource, type SnapshotEntry, type ZdsTimeouts } from './connection.js';
-import { ZdsError } from './errors.js';
+import { PodAddDelivery } from './pod-add-delivery.js';
+import { ZtunnelGaps, type WaitObserver } from './ztunnel-gaps.js';
 
 export interface ZdsServerOptions {
   socketPath: string;
@@ -20,6 +22,13 @@ export interface ZdsServerOptions {
   onAck?: AckObserver;
   /** Already bound (paused) at process start, before the heavy modules load; the server takes it. */
   listener?: SeqpacketListener;
+  /**
+   * How long an add waits for a ztunnel when none is connected or its connection dies before the
+   * ack (AMBIENT_ZTUNNEL_WAIT_TIMEOUT); 0 fails it at once, as Istio does.
+   */
+  ztunnelWaitMs?: number;
+  /** Each add that waited, with how long and whether ztunnel acked it in time (metrics). */
+  onWaited?: WaitObserver;
 }
 
 export interface ConnectionSummary {
@@ -44,12 +53,23 @@ export class ZdsServer implements ZdsSink {
   #connections: ZdsConnection[] = []; // oldest first
   readonly #timeouts: ZdsTimeouts;
   readonly #log: Logger;
+  readonly #gaps: ZtunnelGaps;
+  readonly #delivery: PodAddDelivery;
+  /** Adds waiting for a ztunnel to connect, woken by the next accept. */
+  #awaitingConnection: Array<() => void> = [];
   /** Called with the number of live connections whenever it changes (ztunnel_connected). */
   onConnectionCount: (count: number) => void = () => {};
 
   constructor(private readonly options: ZdsServerOptions) {
     this.#timeouts = { ...ISTIO_TIMEOUTS, ...options.timeouts };
     this.#log = (options.log ?? silentLogger).child({ component: 'zds' });
+    this.#gaps = new ZtunnelGaps(this.#log, options.onWaited);
+    this.#delivery = new PodAddDelivery({
+      newest: () => this.#connections.at(-1),
+      nextConnection: () => new Promise((resolve) => this.#awaitingConnection.push(resolve)),
+      gaps: this.#gaps,
+      waitMs: options.ztunnelWaitMs ?? 0,
+    });
   }
 
   /** Accepting connections (readiness): start() was called. */
@@ -90,14 +110,13 @@ export class ZdsServer implements ZdsSink {
   }
 
   /**
-   * Hands a pod to the newest ztunnel and resolves once it acked. A missing connection, a
-   * timeout or an error ack is a retryable ZdsError carrying ztunnel's text.
+   * Hands a pod to the newest ztunnel and resolves once it acked. With no ztunnel, or when its
+   * connection dies before the ack, it waits up to ztunnelWaitMs for the next one to take the
+   * pod (see PodAddDelivery). An error ack, a timeout or the end of the wait is a retryable
+   * ZdsError naming ztunnel (the pod stays registered for the next snapshot).
    */
-  async podAdded(uid: string, info: WorkloadInfo, netns: FdSource): Promise<void> {
-    const conn = this.#connections.at(-1);
-    if (!conn) throw new ZdsError('ZDS_NO_CONNECTION', 'no ztunnel connection', true);
-    const error = await conn.request({ add: { uid, workloadInfo: info } }, netns);
-    if (error) throw new ZdsError('ZDS_ACK_ERROR', `ztunnel rejected pod ${uid}: ${error}`, true);
+  podAdded(uid: string, info: WorkloadInfo, netns: FdSource): Promise<void> {
+    return this.#delivery.add(uid, info, netns);
   }
 
   /**
@@ -119,18 +138,25 @@ export class ZdsServer implements ZdsSink {
     for (const c of [...this.#connections]) c.close('server shutting down');
   }
 
+  #connectionCountChanged(): void {
+    this.#gaps.connectionCount(this.#connections.length);
+    this.onConnectionCount(this.#connections.length);
+  }
+
   #accept(socket: SeqpacketSocket): void {
     const conn = new ZdsConnection(socket, this.#timeouts, this.#log);
     if (this.options.onAck) conn.onAck = this.options.onAck;
     this.#connections.push(conn);
     conn.onClose = (closed) => {
       this.#connections = this.#connections.filter((c) => c !== closed);
-      this.onConnectionCount(this.#connections.length);
+      this.#connectionCountChanged();
     };
     this.#log.info({ conn: conn.id, connections: this.#connections.length }, 'ztunnel connected');
-    this.onConnectionCount(this.#connections.length);
+    this.#connectionCountChanged();
+    for (const wake of this.#awaitingConnection.splice(0)) wake();
     conn.handshake(this.options.snapshot).catch((err: Error) => {
       this.#log.warn({ conn: conn.id, err: err.message }, 'ztunnel handshake failed');
     });
   }
 }
+

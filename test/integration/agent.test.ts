@@ -11,6 +11,10 @@ import { StandaloneMode } from '../../src/standalone/standalone-mode.js';
 import { FakeNetAddon, type FakeNamespace } from '../fakes/fake-net-addon.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { getHttp, postUnix } from '../helpers/unix-http.js';
+import { debugSocketPath, getDebug } from '../../src/agent/debug-server.js';
+import { HEALTH_ROUTES } from '../../src/agent/health-server.js';
+import { METRICS_ROUTES } from '../../src/ops/metrics.js';
+import { main } from '../../src/cli/main.js';
 
 const listing = readFileSync(new URL('../fixtures/default-inpod.listing.nft', import.meta.url), 'utf8');
 
@@ -84,11 +88,31 @@ describe('standalone agent', () => {
     expect(addon.openFds).toBe(1);
   });
 
-  it('answers 500 with the reason when ztunnel is not there, and the pod goes out with the next snapshot', async () => {
+  it('with no ztunnel, an ADD waits for one to connect and is answered by its snapshot ack (one add, no second one)', async () => {
+    const adding = postUnix(sock(), '/cmdadd', addEvent('db'));
+    await new Promise((r) => setTimeout(r, 300));
+    const z = await ztunnel();
+    expect(await adding).toEqual({ status: 200, body: '' });
+    expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:uid-db', 'snapshotSent:']);
+    const metrics = await agent.metrics.registry.getSingleMetricAsString('ambient_node_agent_ztunnel_waits_total');
+    expect(metrics).toContain('ambient_node_agent_ztunnel_waits_total{result="enrolled"} 1');
+  });
+
+  it('answers 500 naming ztunnel when none comes within the wait, and the pod goes out with the next snapshot', async () => {
+    await agent.stop();
+    agent = new Agent({ ...config, ztunnelWaitMs: 150 }, { addon, makeMode: (d) => new StandaloneMode(d) });
+    await agent.start();
     const res = await postUnix(sock(), '/cmdadd', addEvent('db'));
-    expect(res).toEqual({ status: 500, body: 'no ztunnel connection' });
+    expect(res).toEqual({ status: 500, body: 'no ztunnel connection (waited 150 ms for one; the pod stays registered for the next snapshot)' });
     const z = await ztunnel();
     expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:uid-db', 'snapshotSent:']);
+  });
+
+  it('with ztunnel-wait-timeout 0, fails at once with Istio\'s text', async () => {
+    await agent.stop();
+    agent = new Agent({ ...config, ztunnelWaitMs: 0 }, { addon, makeMode: (d) => new StandaloneMode(d) });
+    await agent.start();
+    expect(await postUnix(sock(), '/cmdadd', addEvent('db'))).toEqual({ status: 500, body: 'no ztunnel connection' });
   });
 
   it('answers 400 for a bad body and 500 when the netns does not exist', async () => {
@@ -178,22 +202,54 @@ describe('standalone agent', () => {
     expect(text).toContain('# TYPE istio_cni_install_ready gauge');
   });
 
-  it('/debug/pods shows each pod, its netns, rule state and what each ztunnel said', async () => {
+  it('/debug/pods (on the debug socket) shows each pod, its netns, rule state and what each ztunnel said', async () => {
     const z = await ztunnel();
     await postUnix(sock(), '/cmdadd', addEvent('web'));
     pods['web']!.listing = listing;
-    const body = JSON.parse((await getHttp(agent.healthPort!, '/debug/pods')).body) as { mode: string; pods: Array<Record<string, unknown>>; connections: unknown[] };
+    const debugPods = async (): Promise<string> => (await getDebug(debugSocketPath(config.runDir), '/debug/pods')).body;
+    const body = JSON.parse(await debugPods()) as { mode: string; pods: Array<Record<string, unknown>>; connections: unknown[] };
     expect(body.mode).toBe('standalone');
     expect(body.connections).toHaveLength(1);
     expect(body.pods).toEqual([
       { uid: 'uid-web', namespace: 'shop', name: 'web', serviceAccount: 'default', netnsInode: pods['web']!.ino, rules: 'verified', ztunnel: { [String(agent.zds.connections()[0]!.id)]: 'acked' } },
     ]);
     pods['web']!.listing = '';
-    const drifted = JSON.parse((await getHttp(agent.healthPort!, '/debug/pods')).body) as { pods: Array<{ rules: string }> };
+    const drifted = JSON.parse(await debugPods()) as { pods: Array<{ rules: string }> };
     expect(drifted.pods[0]!.rules).toMatch(/^drifted: missing table/);
+    // `ambient-node-agent pods --run-dir DIR` reads the same socket.
+    const out: string[] = [];
+    expect(await main(['pods', '--run-dir', config.runDir], { out: (t) => out.push(t), err: (t) => out.push(t) })).toBe(0);
+    expect(out.join('')).toMatch(/^shop\s+web\s+uid-web\s+\d+\s+drifted: missing table/m);
     await postUnix(sock(), '/cmddel', { Netns: '', PodName: 'web', PodNamespace: 'shop', PodUID: 'uid-web' });
-    expect(JSON.parse((await getHttp(agent.healthPort!, '/debug/pods')).body)).toMatchObject({ pods: [] });
+    expect(JSON.parse(await debugPods())).toMatchObject({ pods: [] });
+    expect(statSync(debugSocketPath(config.runDir)).mode & 0o777).toBe(0o600);
     z.close();
+  });
+
+  it('`pods` says which socket it could not reach', async () => {
+    const err: string[] = [];
+    expect(await main(['pods', '--run-dir', join(dir, 'nowhere')], { out: () => undefined, err: (t) => err.push(t) })).toBe(1);
+    expect(err.join('')).toContain(`cannot reach the agent at ${join(dir, 'nowhere', 'debug.sock')}`);
+  });
+
+  it('the network ports serve exactly /healthz and /readyz (8000) and /metrics (15014), 404 for anything else', async () => {
+    expect(HEALTH_ROUTES).toEqual(['/healthz', '/readyz']);
+    expect(METRICS_ROUTES).toEqual(['/metrics']);
+    // What an operator (or an attacker in the cluster) might try: Istio's and common debug paths.
+    const probes = ['/', '/debug/pods', '/debug', '/debug/pprof/', '/debug/vars', '/metrics', '/healthz', '/readyz', '/readyz/', '/healthz/x', '/stats', '/ready', '/live', '/quitquitquit', '/config_dump', '/version'];
+    const answered = async (port: number): Promise<string[]> => {
+      const out: string[] = [];
+      for (const path of probes) {
+        const { status } = await getHttp(port, path);
+        if (status !== 404) out.push(path);
+      }
+      return out;
+    };
+    expect(await answered(agent.healthPort!)).toEqual([...HEALTH_ROUTES]);
+    expect(await answered(agent.metricsPort!)).toEqual([...METRICS_ROUTES]);
+    // A query string does not change the route.
+    expect((await getHttp(agent.healthPort!, '/readyz?verbose=1')).status).toBe(200);
+    expect((await getHttp(agent.healthPort!, '/debug/pods?x=1')).status).toBe(404);
   });
 
   it('on stop, finishes an in-flight ADD before closing (graceful shutdown)', async () => {

@@ -518,6 +518,14 @@ describe('istio-cni plugin binary', () => {
       expectSuccess(run);
       expect(run.stderr).toBe('');
     });
+
+    it("Istio's other level names, fatal and none (what --log_output_level=cni-plugin:fatal writes), log nothing and warn of nothing", async () => {
+      for (const level of ['fatal', 'none']) {
+        const run = await runPlugin(cniEnv('ADD'), netconf(runDir, { plugin_log_level: level }));
+        expectSuccess(run);
+        expect(run.stderr, level).toBe('');
+      }
+    });
   });
 
   describe('the binary', () => {

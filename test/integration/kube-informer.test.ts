@@ -376,7 +376,7 @@ describe('ResilientInformer against the fake API server', () => {
 
 describe('a process using the informer', () => {
   it('exits by itself after stop(), even with a retry pending and a watch the server never answered', async () => {
-    const dir = transpileForNode(['src/kube/informer.ts', 'src/ops/log.ts', 'test/helpers/fake-kube-api.ts']);
+    const dir = transpileForNode(['src/kube/informer.ts', 'src/ops/log.ts', 'src/ops/log-levels.ts', 'test/helpers/fake-kube-api.ts']);
     // The silent server lives in this process: only the child's own handles can keep it alive.
     const silent = createServer((s) => s.resume().on('end', () => s.destroy()));
     await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));

@@ -88,7 +88,8 @@ describe('Kubernetes mode', () => {
     };
     const a = new Agent(config, {
       addon,
-      makeMode: (deps) => new KubernetesMode(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host, finder, ...(addAnswerMs ? { addAnswerMs } : {}) }),
+      makeMode: (deps) => new KubernetesMode(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host, finder }),
+      ...(addAnswerMs ? { addAnswerMs } : {}),
     });
     await a.start();
     agent = a;
@@ -217,6 +218,7 @@ describe('Kubernetes mode', () => {
   it('marks a pod pending while ztunnel is away and enrolls it when ztunnel comes back', async () => {
     addPodNetns('wait');
     api.upsertPod(podObject('wait', { labels: AMBIENT }));
+    config.ztunnelWaitMs = 200; // the informer's add waits this long for a ztunnel, then marks the pod pending
     await startAgent();
     await until(() => annotation('wait') === 'pending', 'pending annotation');
     expect(netns.get('uid-wait')!.nftScripts).not.toHaveLength(0); // rules are in place already
@@ -262,6 +264,24 @@ describe('Kubernetes mode', () => {
     labelNamespace(AMBIENT);
     await until(() => running().includes('uid-plain'), 'namespace label enrolls the plain pod');
     expect(await postUnix(sock, '/cmdadd', event('ghost'))).toMatchObject({ status: 500, body: expect.stringContaining('not found in the informer cache') });
+  });
+
+  it('CNI ADD across a ztunnel restart: waits for the new ztunnel and succeeds (enabled, never pending), counted as an add that waited', async () => {
+    addPodNetns('restart');
+    api.upsertPod(podObject('restart', { labels: AMBIENT, ips: [] }));
+    await startAgent();
+    const first = await connectZtunnel();
+    first.close();
+    await until(() => agent!.zds.connections().length === 0, 'the old ztunnel gone');
+    const event = { Netns: '/var/run/netns/restart', PodName: 'restart', PodNamespace: 'shop', IPs: [{ Interface: 2, Address: { IP: '10.9.9.7', Mask: '////AA==' }, Gateway: '' }] };
+    const adding = postUnix(join(config.runDir, 'pluginevent.sock'), '/cmdadd', event);
+    await new Promise((r) => setTimeout(r, 300));
+    const second = await connectZtunnel();
+    expect(await adding).toEqual({ status: 200, body: '' });
+    expect(second.messages.filter((m) => m.uid === 'uid-restart').map((m) => m.kind)).toEqual(['add']); // in its snapshot, once
+    expect(annotation('restart')).toBe('enabled');
+    expect(host.enrolled.get('uid-restart')).toEqual(['10.9.9.7']);
+    expect(await agent!.metrics.registry.getSingleMetricAsString('ambient_node_agent_ztunnel_waits_total')).toContain('{result="enrolled"} 1');
   });
 
   it('CNI ADD is answered before the plugin gives up when ztunnel is slow; the enrolment carries on', async () => {

@@ -1,5 +1,5 @@
 // The agent's attack surface on the node: every Unix socket it serves (plugin events, plugin
-// logs, ZDS) and every file it keeps is root-only, and an unprivileged local process cannot
+// logs, debug, ZDS) and every file it keeps is root-only, and an unprivileged local process cannot
 // connect. Run as root (CI), the unprivileged side is a child process with uid/gid 65534.
 import { execFile } from 'node:child_process';
 import { chmodSync, mkdtempSync, rmSync, statSync } from 'node:fs';
@@ -59,6 +59,7 @@ describe('agent sockets and files are root-only', () => {
     expect(mode(config.runDir)).toBe('750');
     expect(mode(join(config.runDir, 'pluginevent.sock'))).toBe('600');
     expect(mode(join(config.runDir, 'log.sock'))).toBe('600');
+    expect(mode(join(config.runDir, 'debug.sock'))).toBe('600');
     expect(mode(config.zdsSocket)).toBe('600');
     expect(mode(join(config.runDir, 'pods'))).toBe('700');
     expect(mode(join(config.runDir, 'pods', 'uid-web.json'))).toBe('600');
@@ -67,6 +68,7 @@ describe('agent sockets and files are root-only', () => {
   it.skipIf(!isRoot)('refuses an unprivileged local process on every socket', async () => {
     expect(await connectAsNobody(join(config.runDir, 'pluginevent.sock'), 'stream')).toBe('EACCES');
     expect(await connectAsNobody(join(config.runDir, 'log.sock'), 'stream')).toBe('EACCES');
+    expect(await connectAsNobody(join(config.runDir, 'debug.sock'), 'stream')).toBe('EACCES');
     // Node cannot open SOCK_SEQPACKET; connecting to any Unix socket needs write permission on it.
     expect(await connectAsNobody(config.zdsSocket, 'seqpacket')).toBe('EACCES');
   });

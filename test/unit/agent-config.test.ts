@@ -48,7 +48,7 @@ describe('agent configuration', () => {
     expect((err as Error).message.split('\n')).toEqual([
       '--kube-mode: expected auto or none, got "k8s"',
       '--snat-ipv4: not an IPv4 address: "1.2.3"',
-      '--log-level: unknown level "loud"',
+      '--log-level: unknown level "loud" (want one of trace, debug, info, warn, error, fatal, silent)',
       '--ipv6: expected true or false, got "yes"',
       '--health-port: expected a port number, got "70000"',
       '--ambient-enabled: only ambient mode is implemented (sidecar-mode CNI is not); it must be true',

