@@ -5,7 +5,8 @@
 import { execFileSync } from 'node:child_process';
 import { constants as osConstants, cpus, release } from 'node:os';
 
-import { currentThreadNetns, NativeNetAddon, openFdCount, type NetnsIdentity } from '../src/addon/net-addon.js';
+import { NativeNetAddon, type NetnsIdentity } from '../src/addon/net-addon.js';
+import { currentThreadNetns, fdCount } from '../test/helpers/netns-files.js';
 import {
   DEFAULT_HOST_PROBE_SNAT_IPV4,
   INPOD_TPROXY_MARK,
@@ -281,7 +282,7 @@ function resources(addon: NativeNetAddon): Resources {
   const s = addon.stats();
   return {
     rssMb: process.memoryUsage().rss / 2 ** 20,
-    fds: openFdCount(),
+    fds: fdCount(),
     threadsAlive: s.threadsAlive,
     jobsRun: s.jobsRun,
     pending: s.pending,

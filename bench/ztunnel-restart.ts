@@ -8,8 +8,8 @@ import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CNI_PLUGIN_DIR, type DemoEnvironment } from '../src/demo/environment.js';
-import { ZtunnelStandIn } from '../src/demo/ztunnel-standin.js';
-import { stateFileName, STATE_DIR } from '../src/pods/state-store.js';
+import { ZtunnelStandIn } from '../src/demo/ztunnel/zds-client.js';
+import { stateFileName, STATE_DIR } from '../src/standalone/state-store.js';
 import type { BenchPod, BenchPods } from './node-support.js';
 import { summarize, type Summary } from './support.js';
 

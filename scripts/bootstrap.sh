@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares a fresh Debian machine (as root) and runs the whole test suite:
-# system packages (idempotent), npm ci, build (addon + TypeScript), npm test on the machine's Node,
-# then the same tests on Node 24, the LTS the image runs (scripts/test-node-lts.sh).
+# system packages (idempotent), npm ci, build (addon + TypeScript), npm run lint, npm test on the
+# machine's Node, then the same tests on Node 24, the LTS the image runs (scripts/test-node-lts.sh).
 # Usage: scripts/bootstrap.sh [--no-test]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,8 +9,9 @@ cd "$(dirname "$0")/.."
 # libnftables-dev/libmnl-dev: the addon links them; nlohmann-json3-dev: the CNI plugin parses JSON;
 # containernetworking-plugins: bridge/host-local for the demo; nftables/iptables/iproute2: the tests use the
 # real binaries as independent witnesses; g++/make/python3: node-gyp; containerd/runc: the end-to-end test
-# with a real container runtime (test/priv/e2e-containerd.test.ts; gcc, from g++, builds its pause image).
-PACKAGES=(libnftables-dev libmnl-dev nlohmann-json3-dev nftables iptables ipset iproute2 containernetworking-plugins g++ make python3 containerd runc)
+# with a real container runtime (test/priv/e2e-containerd.test.ts; gcc, from g++, builds its pause image);
+# clang-format: npm run lint checks native/.
+PACKAGES=(libnftables-dev libmnl-dev nlohmann-json3-dev nftables iptables ipset iproute2 containernetworking-plugins g++ make python3 containerd runc clang-format)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -31,6 +32,7 @@ node scripts/npm-checked.mjs ci --no-audit --no-fund
 npm run build
 
 if [[ ${1:-} != --no-test ]]; then
+  npm run lint
   npm test
   bash scripts/test-node-lts.sh
 fi

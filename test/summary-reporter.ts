@@ -1,6 +1,8 @@
 // Prints one plain closing line, "N passed, N failed, N skipped", after vitest's own summary,
-// so any CI that reads closing lines can count the tests.
+// so any CI that reads closing lines can count the tests; and, when the opt-in ZDS conformance run
+// is off, a line saying so and how to turn it on.
 import type { Reporter, TestModule } from 'vitest/node';
+import { conformanceClient, CONFORMANCE_SKIPPED } from './conformance-client.js';
 
 export default class SummaryReporter implements Reporter {
   onTestRunEnd(testModules: ReadonlyArray<TestModule>): void {
@@ -14,6 +16,7 @@ export default class SummaryReporter implements Reporter {
       }
       if (module.state() === 'failed' && [...module.children.allTests()].length === 0) counts.failed++;
     }
+    if (conformanceClient(true) === undefined) process.stdout.write(`\n${CONFORMANCE_SKIPPED}\n`);
     process.stdout.write(`\n${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped\n`);
   }
 }

@@ -7,8 +7,9 @@
 
 namespace istio_cni {
 
-// SPEC.md "Error" codes. Only the ones this plugin reports are listed; the runtime branches on
-// some of them (11 makes kubelet retry the sandbox instead of treating it as a hard failure).
+// The CNI specification's error codes (containernetworking/cni SPEC.md, "Error"). Only the ones
+// this plugin reports are listed; the runtime branches on some of them (11 makes kubelet retry
+// the sandbox instead of treating it as a hard failure).
 enum ErrorCode : int {
   kIncompatibleCniVersion = 1,
   kInvalidEnvironment = 4,

@@ -1,6 +1,6 @@
 // The typed facade over the addon. Everything above this file talks to the kernel through the
 // NetAddon interface, which the real addon and the test fake both implement.
-import { closeSync, fstatSync, readdirSync, statSync } from 'node:fs';
+import { closeSync, fstatSync } from 'node:fs';
 import { withDeadline } from '../util/deadline.js';
 import { loadRawAddon, type RawAddon, type RawExecutorStats } from './binding.js';
 import { NativeNetnsWatch, type NetnsWatch, type WatchOptions } from './netns-watch.js';
@@ -77,11 +77,6 @@ export class NativeNetAddon implements NetAddon {
     return new NativeNetnsWatch(this.raw, results.map((r) => r.fd), opts);
   }
 
-  /** Test hook: runs the steps and then makes the worker's way home fail, so it must retire. */
-  runAndPoisonReturn(target: NetnsHandle, steps: readonly Step[]): Promise<unknown[]> {
-    return this.raw.runInNetns(target.fd, steps, { poisonReturn: true });
-  }
-
   warmUp(): void {
     this.raw.warmUp();
   }
@@ -89,22 +84,6 @@ export class NativeNetAddon implements NetAddon {
   stats(): RawExecutorStats {
     return this.raw.executorStats();
   }
-}
-
-/** The namespace of the calling JS thread; it must never change (the addon's threads do setns). */
-export function currentThreadNetns(): NetnsIdentity {
-  const st = statSync('/proc/thread-self/ns/net');
-  return { ino: st.ino, dev: st.dev };
-}
-
-export function netnsPathForPid(pid: number, procDir = '/proc'): string {
-  if (!Number.isInteger(pid) || pid <= 0) throw new RangeError(`invalid pid: ${pid}`);
-  return `${procDir}/${pid}/ns/net`;
-}
-
-/** How many fds this process holds: used by leak tests and by the agent's diagnostics. */
-export function openFdCount(): number {
-  return readdirSync('/proc/self/fd').length;
 }
 
 /**

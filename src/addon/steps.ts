@@ -100,7 +100,7 @@ export type Step =
 
 export interface NftResult { op: 'nft'; output: string }
 export interface ChangeResult { op: string; changed: boolean; skipped: boolean }
-export interface FwmarkRuleEntry extends FwmarkRuleSpec {}
+export type FwmarkRuleEntry = FwmarkRuleSpec;
 export interface ListFwmarkRulesResult { op: 'listFwmarkRules'; rules: FwmarkRuleEntry[] }
 export interface RouteEntry { family: Family; dst: string; dstLen: number; type: number; dev: string; table: number }
 export interface ListRoutesResult { op: 'listRoutes'; routes: RouteEntry[] }

@@ -25,8 +25,7 @@ import { DebugServer, debugSocketPath } from './debug-server.js';
 import { HealthServer } from './health-server.js';
 import { PluginEventServer } from './plugin-event-server.js';
 import { PluginLogServer } from './plugin-log-server.js';
-import type { PodSource, SourceDeps } from './pod-source.js';
-import { StandaloneSource } from './standalone-source.js';
+import type { AgentMode, ModeDeps } from './mode.js';
 
 /** What the agent needs from the CNI installer. */
 export interface Installer {
@@ -40,8 +39,8 @@ export interface AgentDeps {
   addon?: NetAddon;
   log?: Logger;
   installer?: Installer;
-  /** Where pods come from; default standalone. Built from the agent's own parts. */
-  makeSource?: (deps: SourceDeps) => PodSource;
+  /** The agent's mode (standalone or Kubernetes), built from the agent's own parts. */
+  makeMode: (deps: ModeDeps) => AgentMode;
   metrics?: AgentMetrics;
   /** The ZDS socket, bound by `run` before this module loaded (see bindZdsSocket). */
   zdsListener?: SeqpacketListener;
@@ -53,8 +52,8 @@ export class Agent {
   readonly addon: NetAddon;
   readonly registry: PodRegistry;
   readonly zds: ZdsServer;
-  readonly source: PodSource;
-  /** The rule manager as the pod sources use it (timed for the metrics). */
+  readonly mode: AgentMode;
+  /** The rule manager as the mode uses it (timed for the metrics). */
   readonly rules: InpodRuleManager;
   readonly metrics: AgentMetrics;
   /** Live reconciliation of every enrolled pod and the host rules (src/reconcile/). */
@@ -72,7 +71,7 @@ export class Agent {
 
   constructor(
     readonly config: AgentConfig,
-    deps: AgentDeps = {},
+    deps: AgentDeps,
   ) {
     this.#log = deps.log ?? silentLogger;
     this.addon = deps.addon ?? new NativeNetAddon();
@@ -105,8 +104,8 @@ export class Agent {
     });
     this.zds.onConnectionCount = (n) => metrics.ztunnelConnected.set(n);
     this.registry = new PodRegistry(this.zds);
-    const sourceDeps: SourceDeps = { config, addon: this.addon, rules: this.rules, registry: this.registry, settings, log: this.#log, metrics };
-    this.source = (deps.makeSource ?? ((d) => new StandaloneSource(d)))(sourceDeps);
+    const modeDeps: ModeDeps = { config, addon: this.addon, rules: this.rules, registry: this.registry, settings, log: this.#log, metrics };
+    this.mode = deps.makeMode(modeDeps);
     this.reconciler = new Reconciler({
       addon: this.addon,
       routeTable: ROUTE_TABLE_INBOUND,
@@ -117,14 +116,14 @@ export class Agent {
         check: (scope, result) => metrics.reconcileChecks.inc({ scope, result }),
       },
     });
-    // Subscribed before the source restores anything, so restored pods are watched too.
-    reconcileRegisteredPods(this.reconciler, this.registry, stamped, this.source.reconcileHooks?.() ?? {});
+    // Subscribed before the mode restores anything, so restored pods are watched too.
+    reconcileRegisteredPods(this.reconciler, this.registry, stamped, this.mode.reconcileHooks?.() ?? {});
     this.#plugin = new PluginEventServer(join(config.runDir, PLUGIN_EVENT_SOCKET), {
-      add: (e) => this.source.cniAdd(e),
-      del: (e) => this.source.cniDel(e),
-      check: (e) => this.source.cniCheck(e),
-      pendingAdd: (e) => this.source.pendingAdd?.(e),
-      gc: async (e) => this.source.cniGc?.(e),
+      add: (e) => this.mode.cniAdd(e),
+      del: (e) => this.mode.cniDel(e),
+      check: (e) => this.mode.cniCheck(e),
+      pendingAdd: (e) => this.mode.pendingAdd?.(e),
+      gc: async (e) => this.mode.cniGc?.(e),
     }, this.#log, deps.addAnswerMs !== undefined ? { addAnswerMs: deps.addAnswerMs } : {});
     this.#plugin.onRequest = (route, status, seconds) => {
       metrics.pluginRequests.inc({ response_code: String(status) });
@@ -148,7 +147,7 @@ export class Agent {
         const netns = this.registry.netnsOf(entry.uid);
         let rules = 'no netns (sent to ztunnel as keep)';
         if (netns && !netns.closed) {
-          rules = await this.#backendRules.verify(netns, this.source.overridesFor?.(entry.uid) ?? NO_OVERRIDES).then(
+          rules = await this.#backendRules.verify(netns, this.mode.overridesFor?.(entry.uid) ?? NO_OVERRIDES).then(
             (drift) => (drift.inSync ? 'verified' : `drifted: ${describeDrift(drift).join('; ')}`),
             (err: Error) => `error: ${err.message}`,
           );
@@ -167,13 +166,13 @@ export class Agent {
         };
       }),
     );
-    return { mode: this.source.mode, ready: this.notReadyReasons().length === 0, connections: connections.map(({ pods: _pods, ...c }) => c), pods };
+    return { mode: this.mode.mode, ready: this.notReadyReasons().length === 0, connections: connections.map(({ pods: _pods, ...c }) => c), pods };
   }
 
   /** Istio's readiness: plugin installed and chained, ZDS listening (a ztunnel is not required). */
   notReadyReasons(): string[] {
     return [
-      ...this.source.notReadyReasons(),
+      ...this.mode.notReadyReasons(),
       ...(this.zds.listening ? [] : ['ZDS server not listening']),
       ...(!this.#installer || this.#installer.ready ? [] : ['CNI plugin not installed / config not chained']),
     ];
@@ -187,12 +186,12 @@ export class Agent {
     await this.#pluginLog.start();
     await this.#debug.start();
     if (this.#backendRules instanceof NftablesInpodRules) await this.#backendRules.warmUp();
-    await this.source.prepare();
-    const host = this.source.hostReconcileTarget?.();
+    await this.mode.prepare();
+    const host = this.mode.hostReconcileTarget?.();
     if (host) this.reconciler.add(hostTarget(host));
     this.zds.start();
     await this.#plugin.start();
-    this.source.run();
+    this.mode.run();
     this.reconciler.start();
     if (this.#installer) await this.#install(this.#installer);
     this.#log.info({ notReady: this.notReadyReasons() }, 'agent started');
@@ -221,11 +220,11 @@ export class Agent {
   async stop(): Promise<void> {
     this.#stop.abort();
     this.reconciler.stop();
-    const cleanUp = await this.source.shouldCleanUp().catch(() => false);
+    const cleanUp = await this.mode.shouldCleanUp().catch(() => false);
     await this.#plugin.close();
-    await this.source.stop();
+    await this.mode.stop();
     if (cleanUp) await this.#cleanUpNode();
-    this.source.close?.();
+    this.mode.close?.();
     this.zds.close();
     this.registry.close();
     await this.#health.close();
@@ -237,7 +236,7 @@ export class Agent {
   async #cleanUpNode(): Promise<void> {
     this.#log.info('the DaemonSet is gone: removing the CNI config entry, the plugin and the host rules');
     await this.#installer?.uninstall?.().catch((err: unknown) => this.#log.error({ err: (err as Error).message }, 'uninstall failed'));
-    await this.source.cleanUp().catch((err: unknown) => this.#log.error({ err: (err as Error).message }, 'host cleanup failed'));
+    await this.mode.cleanUp().catch((err: unknown) => this.#log.error({ err: (err as Error).message }, 'host cleanup failed'));
   }
 
   get healthPort(): number | undefined {
@@ -249,4 +248,3 @@ export class Agent {
   }
 }
 
-export { cniPodOf } from './pod-source.js';

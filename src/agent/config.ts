@@ -5,7 +5,7 @@ import { hostname } from 'node:os';
 import { parseArgs } from 'node:util';
 import { DEFAULT_HOST_PROBE_SNAT_IPV4, DEFAULT_HOST_PROBE_SNAT_IPV6 } from '../rules/constants.js';
 import { parseGoBool } from '../rules/settings.js';
-import { UsageError } from '../cli/usage-error.js';
+import { UsageError } from '../util/usage-error.js';
 import { applyOutputLevels, isPinoLevel, PINO_LEVELS, uniformLevels, type ScopeLevels } from '../ops/log-levels.js';
 import { ADD_ANSWER_MS } from '../cni/protocol.js';
 

@@ -288,7 +288,7 @@ export class PluginEventServer {
     const started = process.hrtime.bigint();
     const route = req.url ?? '';
     let status = 200;
-    let body = '';
+    let body: string;
     try {
       if (routeKey(route) === 'other') throw Object.assign(new BadRequest(`no route ${route.slice(0, MAX_SHOWN)}`), { status: 404 });
       if (req.method !== 'POST') throw Object.assign(new BadRequest(`method ${req.method} not allowed`), { status: 405 });

@@ -9,7 +9,7 @@
 import { optionsHelp } from '../agent/config.js';
 import { parseGoBool } from '../rules/settings.js';
 import { runAgent } from './run-command.js';
-import { UsageError } from './usage-error.js';
+import { UsageError } from '../util/usage-error.js';
 
 export const INSTALL_CNI_USAGE = `usage: install-cni [--log_output_level=<scope>:<level>,...] [--log_as_json] [run's flags]
 

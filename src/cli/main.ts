@@ -4,7 +4,7 @@ import { realpathSync } from 'node:fs';
 import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { NetAddon } from '../addon/net-addon.js';
-import { UsageError } from './usage-error.js';
+import { UsageError } from '../util/usage-error.js';
 
 const USAGE = `usage: ambient-node-agent <command> [options]
 

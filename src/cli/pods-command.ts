@@ -2,7 +2,7 @@
 // It asks the agent over <run dir>/debug.sock (root only), where the agent serves it.
 import { parseArgs } from 'node:util';
 import { debugSocketPath, getDebug, ROUTE_DEBUG_PODS } from '../agent/debug-server.js';
-import { UsageError } from './usage-error.js';
+import { UsageError } from '../util/usage-error.js';
 
 export const PODS_USAGE = `usage: ambient-node-agent pods [--run-dir /var/run/istio-cni] [--json]
 
@@ -54,7 +54,7 @@ export async function runPodsCommand(args: string[], out: (s: string) => void): 
   try {
     res = await getDebug(socket, ROUTE_DEBUG_PODS);
   } catch (err) {
-    throw new Error(`cannot reach the agent at ${socket}: ${(err as Error).message}`);
+    throw new Error(`cannot reach the agent at ${socket}: ${(err as Error).message}`, { cause: err });
   }
   if (res.status !== 200) throw new Error(`${socket} ${ROUTE_DEBUG_PODS} answered ${res.status}: ${res.body.trim()}`);
   const body = JSON.parse(res.body) as DebugPods;

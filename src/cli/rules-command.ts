@@ -17,7 +17,7 @@ import { buildHostModel, buildInpodModel } from '../rules/model.js';
 import { renderHostNftables, renderInpodNftables } from '../rules/nftables.js';
 import { NftablesInpodRules } from '../rules/nftables-manager.js';
 import { defaultRuleSettings, interfaceNameProblem, parseGoBool, type PodOverrides, type RuleSettings } from '../rules/settings.js';
-import { UsageError } from './usage-error.js';
+import { UsageError } from '../util/usage-error.js';
 
 export const RULES_USAGE = `usage: ambient-node-agent rules [options] [--apply NETNS | --delete NETNS | --verify NETNS]
 

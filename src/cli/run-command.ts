@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Installer } from '../agent/agent.js';
-import type { PodSource, SourceDeps } from '../agent/pod-source.js';
+import type { AgentMode, ModeDeps } from '../agent/mode.js';
 import { loadAgentConfig, usage, type AgentConfig } from '../agent/config.js';
 import type { LogFormat, Logger } from '../ops/log.js';
 import { projectRoot } from '../project-root.js';
@@ -16,16 +16,16 @@ export const RUN_USAGE = usage();
  * `--kube-mode auto` picks Kubernetes when a kubeconfig or the in-cluster service account is
  * there; `none` (or neither) runs standalone.
  */
-async function sourceFactory(config: AgentConfig, env: NodeJS.ProcessEnv): Promise<(deps: SourceDeps) => PodSource> {
-  const { StandaloneSource } = await import('../agent/standalone-source.js');
-  const standalone = (deps: SourceDeps): PodSource => new StandaloneSource(deps);
+async function modeFactory(config: AgentConfig, env: NodeJS.ProcessEnv): Promise<(deps: ModeDeps) => AgentMode> {
+  const { StandaloneMode } = await import('../standalone/standalone-mode.js');
+  const standalone = (deps: ModeDeps): AgentMode => new StandaloneMode(deps);
   if (config.kubeMode === 'none') return standalone; // without loading the Kubernetes client at all
   const { loadKubeConfig } = await import('../kube/client.js');
   const kc = loadKubeConfig({ ...(config.kubeconfig ? { kubeconfig: config.kubeconfig } : {}), env });
   if (!kc) return standalone;
-  const { KubernetesSource } = await import('../agent/kube-source.js');
+  const { KubernetesMode } = await import('../kube/kube-mode.js');
   return (deps) =>
-    new KubernetesSource(deps, {
+    new KubernetesMode(deps, {
       kc,
       nodeName: config.nodeName,
       ...(config.enablementSelector ? { enablementSelector: config.enablementSelector } : {}),
@@ -73,7 +73,7 @@ export async function runAgent(args: string[], out: (s: string) => void, stop: P
   const config: AgentConfig = backend === configured.backend ? configured : { ...configured, backend };
   const makeInstaller = options.makeInstaller ?? ((c, l) => installerFor(c, l));
   const installer = makeInstaller(config, agentLog);
-  const agent = new Agent(config, { addon, log: agentLog, zdsListener, makeSource: await sourceFactory(config, process.env), ...(installer ? { installer } : {}) });
+  const agent = new Agent(config, { addon, log: agentLog, zdsListener, makeMode: await modeFactory(config, process.env), ...(installer ? { installer } : {}) });
   // A SIGTERM may come while start() still waits (for a CNI config to appear, say): stop then.
   const started = agent.start();
   const first = await Promise.race([started.then(() => 'started' as const), stop.then(() => 'stop' as const)]).catch(async (err: unknown) => {

@@ -6,7 +6,7 @@ import { createLogger } from '../ops/log.js';
 import { isRetryable } from '../zds/errors.js';
 import { PodRegistry, type PodIdentity } from '../zds/registry.js';
 import { ZdsServer } from '../zds/server.js';
-import { UsageError } from './usage-error.js';
+import { UsageError } from '../util/usage-error.js';
 
 export const ZDS_USAGE = `usage: ambient-node-agent zds serve [--socket PATH] [--mode OCTAL] --pod SPEC [--pod SPEC ...]
 

@@ -2,7 +2,7 @@
 // load), the choice of the primary config, and inserting/removing the istio-cni entry with the
 // exact output of Istio's installer (cni/pkg/install/cniconfig.go insertCNIConfig, install.go Cleanup).
 
-import { compareGoStrings, goFieldKeys, isJsonObject, marshalGoIndent, parseGoJson, type JsonObject, type JsonValue } from './go-json.js';
+import { compareGoStrings, goFieldKeys, isJsonObject, marshalGoIndent, parseGoJson, type JsonObject, type JsonValue } from '../util/go-json.js';
 import { PLUGIN_CNI_VERSION, PLUGIN_TYPE } from './plugin-config.js';
 
 /** The network name Istio gives a list made from a single-plugin .conf. */

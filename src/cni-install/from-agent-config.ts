@@ -3,7 +3,7 @@
 import type { AgentConfig } from '../agent/config.js';
 import { istioLevelName, PLUGIN_SCOPE } from '../ops/log-levels.js';
 import type { Logger } from '../ops/log.js';
-import { parseEnablementSelectors } from '../pods/enablement.js';
+import { parseEnablementSelectors } from '../kube/enablement.js';
 import { CniInstaller } from './installer.js';
 import type { PluginConfigSettings } from './plugin-config.js';
 

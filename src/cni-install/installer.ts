@@ -20,7 +20,7 @@ import {
   type ConfFileEntry,
   type PluginDirContents,
 } from './conflist.js';
-import { compareGoStrings, isJsonObject, parseGoJson } from './go-json.js';
+import { compareGoStrings, isJsonObject, parseGoJson } from '../util/go-json.js';
 import { PLUGIN_TYPE, pluginEntry, standaloneConfigText, type PluginConfigSettings } from './plugin-config.js';
 
 export const PLUGIN_BINARY_NAME = 'istio-cni';

@@ -2,7 +2,7 @@
 // them (cni/pkg/install/cniconfig.go createCNIConfigFile → plugin.Config marshalled by Go), so the
 // resulting CNI config is byte-identical to Istio's and either agent's plugin can read it.
 
-import { foldGoKey, GoStruct, isJsonObject, marshalGoIndent, toJsonValue, type GoValue, type JsonObject, type JsonValue } from './go-json.js';
+import { foldGoKey, GoStruct, isJsonObject, marshalGoIndent, toJsonValue, type GoValue, type JsonObject, type JsonValue } from '../util/go-json.js';
 
 export const PLUGIN_NAME = 'istio-cni';
 export const PLUGIN_TYPE = 'istio-cni';

@@ -56,7 +56,7 @@ export class CniPluginError extends Error {
     readonly command: CniCommand,
     readonly plugin: string,
     readonly pluginPath: string,
-    /** The CNI error code (spec §"Error"), when the plugin printed one. */
+    /** The CNI error code (the CNI specification, SPEC.md "Error"), when the plugin printed one. */
     readonly code: number | undefined,
     readonly msg: string,
     readonly details: string | undefined,

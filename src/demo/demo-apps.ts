@@ -10,7 +10,7 @@ import net from 'node:net';
 import { socketInNetns, type NetAddon, type NetnsHandle } from '../addon/net-addon.js';
 import { withDeadline } from '../util/deadline.js';
 import type { SocketStep } from '../addon/steps.js';
-import { buildDnsQuery, DNS_TYPE_A, parseDnsResponse, type DnsResponse } from './ztunnel-standin.js';
+import { buildDnsQuery, DNS_TYPE_A, parseDnsResponse, type DnsResponse } from './ztunnel/dns.js';
 
 export const DEMO_APP_PORT = 8080;
 const DEFAULT_TIMEOUT_MS = 5_000;

@@ -1,6 +1,6 @@
 // `ambient-node-agent demo`: the whole CNI path on this machine, narrated, then cleaned up.
 import { parseArgs } from 'node:util';
-import { UsageError } from '../cli/usage-error.js';
+import { UsageError } from '../util/usage-error.js';
 import { CLUSTER_DNS, DemoEnvironment, type ConnectionRow, type DemoRuntime, type DnsRow } from './environment.js';
 
 const OK = '✔';

@@ -13,7 +13,7 @@ import { projectRoot } from '../project-root.js';
 import { CniRuntime, type CniPod } from './cni-runtime.js';
 import type { ContainerdRuntime } from './containerd-runtime.js';
 import { dnsQuery, EchoApp, tcpExchange, DEMO_APP_PORT } from './demo-apps.js';
-import { ZtunnelStandIn, type StandInEvent } from './ztunnel-standin.js';
+import { ZtunnelStandIn, type StandInEvent } from './ztunnel/zds-client.js';
 
 export const CNI_PLUGIN_DIR = '/usr/lib/cni';
 const NEEDED_PLUGINS = ['bridge', 'host-local'];

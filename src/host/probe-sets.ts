@@ -174,7 +174,7 @@ export function parseProbeSetJson(json: string, setName: string, onSkip: (what: 
   try {
     doc = JSON.parse(json);
   } catch (err) {
-    throw new Error(`unreadable JSON listing of set ${setName}: ${(err as Error).message}`);
+    throw new Error(`unreadable JSON listing of set ${setName}: ${(err as Error).message}`, { cause: err });
   }
   const items = (doc as { nftables?: unknown } | null)?.nftables;
   if (!Array.isArray(items)) throw new Error(`JSON listing of set ${setName} has no "nftables" array`);

@@ -1,4 +1,4 @@
-// Kubernetes mode: Istio's node-agent logic (inventory §1.3-1.6, §2.5). Pods of this node and all
+// Kubernetes mode: Istio's node-agent logic (docs/istio-behaviours.md §1). Pods of this node and all
 // namespaces come from informers; a pod is put into the mesh from the CNI path (new pods) or from
 // informer events (label changes, pods that existed before the agent), and taken out on
 // un-labelling, deletion or termination. The pod annotation `ambient.istio.io/redirection` is the
@@ -74,11 +74,12 @@ export interface MeshControllerDeps {
   procDir?: string;
   /** AMBIENT_RECONCILE_POD_RULES_ON_STARTUP (Helm default true). */
   reconcileRulesOnStartup?: boolean;
-  /** How long the CNI path waits for a pod the informer has not seen yet (Istio: 10 x 10 ms). */
-  cacheLagTries?: number;
-  cacheLagDelayMs?: number;
   log?: Logger;
 }
+
+/** How long the CNI path waits for a pod the informer has not seen yet (Istio: 10 tries, 10 ms apart). */
+const CACHE_LAG_TRIES = 10;
+const CACHE_LAG_DELAY_MS = 10;
 
 /** Failures that retrying cannot fix (Istio's ErrNonRetryableAdd): dropped by the queue. */
 export class NonRetryableError extends Error {
@@ -164,11 +165,11 @@ export class MeshController {
   }
 
   async #waitForPod(namespace: string, name: string): Promise<V1Pod | undefined> {
-    const tries = this.deps.cacheLagTries ?? 10;
+    const tries = CACHE_LAG_TRIES;
     for (let i = 0; i < tries; i++) {
       const pod = this.deps.pods.get(namespace, name);
       if (pod) return pod;
-      await new Promise((r) => setTimeout(r, this.deps.cacheLagDelayMs ?? 10));
+      await new Promise((r) => setTimeout(r, CACHE_LAG_DELAY_MS));
     }
     return undefined;
   }

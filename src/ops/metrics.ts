@@ -1,5 +1,5 @@
-// Prometheus metrics with Istio's names (inventory §5.3) plus latency histograms of our own, on
-// --metrics-port /metrics.
+// Prometheus metrics with Istio's names (docs/istio-behaviours.md §6.1) plus latency histograms
+// of our own, on --metrics-port /metrics.
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { PortServer } from '../util/http-server.js';
 

@@ -193,7 +193,7 @@ export function dnsCaptureEnabled(settings: RuleSettings, overrides: PodOverride
 }
 
 /**
- * The in-pod rules for one pod, in Istio's order (inventory 2.2). Versioned rules are
+ * The in-pod rules for one pod, in Istio's order (docs/istio-behaviours.md §2). Versioned rules are
  * listed IPv4 then IPv6 next to each other, which is nft's order; iptables splits them.
  */
 export function buildInpodModel(settings: RuleSettings, overrides: PodOverrides): InpodModel {
@@ -251,7 +251,7 @@ export function buildInpodModel(settings: RuleSettings, overrides: PodOverrides)
   return Object.freeze(rules.map((rule) => Object.freeze(rule)));
 }
 
-/** Host-netns probe SNAT rules (inventory 2.4): IPv4, and IPv6 when enabled. */
+/** Host-netns probe SNAT rules (docs/istio-behaviours.md §3): IPv4, and IPv6 when enabled. */
 export function buildHostModel(settings: RuleSettings): HostModel {
   assertValidSettings(settings);
   const rules: HostRule[] = [

@@ -101,10 +101,6 @@ export function interfaceNameProblem(name: string): string | undefined {
   return undefined;
 }
 
-export function isValidInterfaceName(name: string): boolean {
-  return interfaceNameProblem(name) === undefined;
-}
-
 /**
  * At most this many distinct interfaces are taken from reroute-virtual-interfaces. Istio has
  * no limit, but every name costs rules in each family, and a 256 KB annotation could otherwise

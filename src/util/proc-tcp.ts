@@ -15,7 +15,7 @@ export interface ProcTcpSocket {
 export function procTcpSockets(pid: number): ProcTcpSocket[] {
   const sockets: ProcTcpSocket[] = [];
   for (const file of ['tcp', 'tcp6']) {
-    let text = '';
+    let text: string;
     try {
       text = readFileSync(`/proc/${pid}/net/${file}`, 'utf8');
     } catch {

@@ -184,7 +184,7 @@ export class ZdsConnection {
     this.onClose(this, reason);
   }
 
-  /** Never sends what ztunnel rejects; see zds-protocol.md §6. */
+  /** Never sends what ztunnel rejects; see docs/zds-protocol.md §6. */
   #check(req: WorkloadRequest, netns: FdSource | undefined): void {
     const kind = requestKind(req);
     const fail = (message: string): never => {

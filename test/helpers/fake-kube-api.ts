@@ -520,7 +520,7 @@ export class FakeKubeApi {
       patch.body = body;
       if (mediaType === 'application/merge-patch+json') fail(new HttpError(400, 'BadRequest', 'invalid JSON in patch body'));
     }
-    // Istio's RBAC and the notes call for merge patches only; anything else is refused here so
+    // Istio sends merge patches only (docs/istio-behaviours.md §1.2); anything else is refused here so
     // that a client still sending the library's default (json-patch) fails loudly in tests.
     if (mediaType !== 'application/merge-patch+json') fail(new HttpError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: application/merge-patch+json (got ${mediaType || 'none'})`));
     if (!isPlainObject(patch.body)) fail(new HttpError(400, 'BadRequest', 'a merge patch must be a JSON object'));

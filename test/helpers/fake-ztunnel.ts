@@ -1,17 +1,19 @@
 // A ztunnel-like ZDS client in TypeScript: connects, says hello, answers every request with one
-// ack after applying ztunnel's state rules (zds-protocol.md §2.5/§2.6), keeps the fds of running
+// ack after applying ztunnel's state rules (docs/zds-protocol.md §2.5, §2.6), keeps the fds of running
 // pods open and closes them when the pods go. Behaviour can be bent for failure tests.
-import { fstatSync } from 'node:fs';
+import { fstatSync, readlinkSync } from 'node:fs';
 import { SeqpacketSocket, type Datagram } from '../../src/addon/seqpacket.js';
-import { decodeRequest, encodeHello, encodeResponse, requestKind, type WorkloadInfo, type WorkloadRequest } from '../../src/zds/codec.js';
+import { decodeRequest, encodeHello, encodeResponse, requestKind, type RequestKind, type WorkloadInfo, type WorkloadRequest } from '../../src/zds/codec.js';
 
 export interface ReceivedMessage {
-  kind: string;
+  kind: RequestKind;
   uid?: string;
   info?: WorkloadInfo;
   fds: number;
   /** Inode of the received fd (the pod netns), when there was one. */
   inode?: number;
+  /** Whether the received fd is a network namespace (its /proc/self/fd link reads `net:[inode]`). */
+  netns?: boolean;
   ack: string;
 }
 
@@ -103,9 +105,9 @@ export class FakeZtunnel {
       for (const fd of d.fds) this.#socket.closeForeignFd(fd);
       return this.close();
     }
-    const inode = d.fds[0] !== undefined ? fstatSync(d.fds[0]).ino : undefined; // before #apply may close it
+    const fd = d.fds[0] !== undefined ? describeFd(d.fds[0]) : {}; // before #apply may close it
     const ack = this.#apply(req, d.fds);
-    this.messages.push({ kind: requestKind(req), ...uidOf(req), fds: d.fds.length, ...(inode !== undefined ? { inode } : {}), ack });
+    this.messages.push({ kind: requestKind(req), ...uidOf(req), fds: d.fds.length, ...fd, ack });
     this.received++;
     const max = this.options.maxMessages;
     if (max !== undefined && this.messages.length > 2 * max) this.messages.splice(0, this.messages.length - max);
@@ -176,6 +178,11 @@ export class FakeZtunnel {
     this.protocolError = what;
     this.close();
   }
+}
+
+function describeFd(fd: number): { inode: number; netns: boolean } {
+  const inode = fstatSync(fd).ino;
+  return { inode, netns: readlinkSync(`/proc/self/fd/${fd}`) === `net:[${inode}]` };
 }
 
 function uidOf(req: WorkloadRequest): { uid?: string; info?: WorkloadInfo } {

@@ -11,7 +11,7 @@ import type { NetAddon, NetnsHandle } from '../../src/addon/net-addon.js';
 import { CniRuntime, type CniCommand, type CniPod, type CniResult } from '../../src/demo/cni-runtime.js';
 import { procTcpSockets, TCP_ESTABLISHED } from '../../src/util/proc-tcp.js';
 import { CNI_PLUGIN_DIR, type DemoEnvironment } from '../../src/demo/environment.js';
-import { stateFileName, STATE_DIR } from '../../src/pods/state-store.js';
+import { stateFileName, STATE_DIR } from '../../src/standalone/state-store.js';
 import { describeDrift } from '../../src/rules/drift.js';
 import { NftablesInpodRules } from '../../src/rules/nftables-manager.js';
 import { defaultRuleSettings, NO_OVERRIDES } from '../../src/rules/settings.js';

@@ -27,7 +27,7 @@ async function podman(args: string[], timeoutMs = 60_000): Promise<string> {
     return (await run('podman', args, { timeout: timeoutMs, maxBuffer: 64 * 1024 * 1024 })).stdout;
   } catch (err) {
     const e = err as Error & { stderr?: string };
-    throw new Error(`podman ${args.slice(0, 3).join(' ')} ...: ${e.stderr?.trim() || e.message}`);
+    throw new Error(`podman ${args.slice(0, 3).join(' ')} ...: ${e.stderr?.trim() || e.message}`, { cause: err });
   }
 }
 

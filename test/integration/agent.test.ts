@@ -7,8 +7,8 @@ import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent } from '../../src/agent/agent.js';
 import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
-import { PodStateStore } from '../../src/pods/state-store.js';
-import type { StandaloneSource } from '../../src/agent/standalone-source.js';
+import { PodStateStore } from '../../src/standalone/state-store.js';
+import { StandaloneMode } from '../../src/standalone/standalone-mode.js';
 import { FakeNetAddon, type FakeNamespace } from '../fakes/fake-net-addon.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { getHttp, postUnix } from '../helpers/unix-http.js';
@@ -60,7 +60,7 @@ describe('standalone agent', () => {
     for (const name of ['web', 'db', 'api', 'sys']) pods[name] = addon.addNetns(`/host/var/run/netns/${name}`);
     logs = [];
     const log = pino({ level: 'debug', base: undefined }, { write: (line: string) => void logs.push(JSON.parse(line) as (typeof logs)[number]) });
-    agent = new Agent(config, { addon, log });
+    agent = new Agent(config, { addon, log, makeMode: (d) => new StandaloneMode(d) });
     await agent.start();
   });
 
@@ -119,7 +119,7 @@ describe('standalone agent', () => {
 
   it('answers 500 naming ztunnel when none comes within the wait, and the pod goes out with the next snapshot', async () => {
     await agent.stop();
-    agent = new Agent({ ...config, ztunnelWaitMs: 150 }, { addon });
+    agent = new Agent({ ...config, ztunnelWaitMs: 150 }, { addon, makeMode: (d) => new StandaloneMode(d) });
     await agent.start();
     const res = await postUnix(sock(), '/cmdadd', addEvent('db'));
     expect(res).toEqual({ status: 500, body: 'no ztunnel connection (waited 150 ms for one; the pod stays registered for the next snapshot)' });
@@ -129,7 +129,7 @@ describe('standalone agent', () => {
 
   it('with ztunnel-wait-timeout 0, fails at once with Istio\'s text', async () => {
     await agent.stop();
-    agent = new Agent({ ...config, ztunnelWaitMs: 0 }, { addon });
+    agent = new Agent({ ...config, ztunnelWaitMs: 0 }, { addon, makeMode: (d) => new StandaloneMode(d) });
     await agent.start();
     expect(await postUnix(sock(), '/cmdadd', addEvent('db'))).toEqual({ status: 500, body: 'no ztunnel connection' });
   });
@@ -228,12 +228,12 @@ describe('standalone agent', () => {
     pods['api']!.nftGeneration++; // (any nft change in a netns moves its generation)
     addon.namespaces.delete('/host/var/run/netns/db');
     pods['db'] = addon.addNetns('/host/var/run/netns/db'); // the path now holds another namespace
-    agent = new Agent(config, { addon });
+    agent = new Agent(config, { addon, makeMode: (d) => new StandaloneMode(d) });
     await agent.start();
     const z = await ztunnel();
     expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:uid-api', 'add:uid-web', 'snapshotSent:']); // restored in state-file order
     // The rules are verified while ztunnel takes the snapshot; the agent is ready afterwards.
-    await (agent.source as StandaloneSource).whenVerified();
+    await (agent.mode as StandaloneMode).whenVerified();
     expect(agent.notReadyReasons()).toEqual([]);
     expect(pods['web']!.nftScripts).toHaveLength(1); // in sync: not re-applied
     expect(pods['api']!.nftScripts).toHaveLength(2); // drifted: re-applied
@@ -324,7 +324,7 @@ describe('standalone agent', () => {
     expect(await pending).toEqual({ status: 200, body: '' });
     expect(stopMs).toBeGreaterThan(300);
     expect(stopMs).toBeLessThan(10_000);
-    agent = new Agent(config, { addon }); // afterEach stops it again
+    agent = new Agent(config, { addon, makeMode: (d) => new StandaloneMode(d) }); // afterEach stops it again
     await agent.start();
   });
 });

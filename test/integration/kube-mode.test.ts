@@ -8,7 +8,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { NetnsHandle } from '../../src/addon/net-addon.js';
 import { Agent } from '../../src/agent/agent.js';
 import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
-import { KubernetesSource } from '../../src/agent/kube-source.js';
+import { KubernetesMode } from '../../src/kube/kube-mode.js';
 import { loadKubeConfig } from '../../src/kube/client.js';
 import { FakeNetAddon, type FakeNamespace } from '../fakes/fake-net-addon.js';
 import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';
@@ -88,7 +88,7 @@ describe('Kubernetes mode', () => {
     };
     const a = new Agent(config, {
       addon,
-      makeSource: (deps) => new KubernetesSource(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host, finder }),
+      makeMode: (deps) => new KubernetesMode(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host, finder }),
       ...(addAnswerMs ? { addAnswerMs } : {}),
     });
     await a.start();

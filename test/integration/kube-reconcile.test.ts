@@ -10,7 +10,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { NetnsHandle } from '../../src/addon/net-addon.js';
 import { Agent } from '../../src/agent/agent.js';
 import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
-import { KubernetesSource } from '../../src/agent/kube-source.js';
+import { KubernetesMode } from '../../src/kube/kube-mode.js';
 import { loadKubeConfig } from '../../src/kube/client.js';
 import { FakeNetAddon } from '../fakes/fake-net-addon.js';
 import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';
@@ -73,7 +73,7 @@ describe('Kubernetes mode: live reconciliation', () => {
     };
     agent = new Agent(config, {
       addon,
-      makeSource: (deps) => new KubernetesSource(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host: fakeHost, finder }),
+      makeMode: (deps) => new KubernetesMode(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host: fakeHost, finder }),
     });
     await agent.start();
     ztunnel = await FakeZtunnel.connect(config.zdsSocket);

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Agent } from '../../src/agent/agent.js';
+import { StandaloneMode } from '../../src/standalone/standalone-mode.js';
 import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
 import { FakeNetAddon } from '../fakes/fake-net-addon.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
@@ -40,7 +41,7 @@ describe('agent sockets and files are root-only', () => {
     );
     const addon = new FakeNetAddon({ realFds: true });
     addon.addNetns('/host/var/run/netns/web');
-    agent = new Agent(config, { addon });
+    agent = new Agent(config, { addon, makeMode: (d) => new StandaloneMode(d) });
     await agent.start();
     const z = await FakeZtunnel.connect(config.zdsSocket);
     await z.waitFor(() => z.snapshotSent);

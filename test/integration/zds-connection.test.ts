@@ -1,4 +1,4 @@
-// ZdsConnection never sends what ztunnel would reject (zds-protocol.md §6), and keeps working.
+// ZdsConnection never sends what ztunnel would reject (docs/zds-protocol.md §6), and keeps working.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -64,7 +64,7 @@ describe('ZDS server with a ztunnel-like client', () => {
     const client = await connect();
     await client.waitFor(() => client.snapshotSent);
     expect(client.messages).toEqual([
-      { kind: 'add', uid: 'a', info: { name: 'pod-a', namespace: 'default', serviceAccount: 'sa-a' }, fds: 1, inode: netns.ino, ack: '' },
+      { kind: 'add', uid: 'a', info: { name: 'pod-a', namespace: 'default', serviceAccount: 'sa-a' }, fds: 1, inode: netns.ino, netns: true, ack: '' },
       { kind: 'keep', uid: 'b', fds: 0, ack: '' },
       { kind: 'snapshotSent', fds: 0, ack: '' },
     ]);

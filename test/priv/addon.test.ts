@@ -5,8 +5,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { currentThreadNetns, NativeNetAddon, openFdCount, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { loadRawAddon } from '../../src/addon/binding.js';
+import { NativeNetAddon, type NetnsHandle } from '../../src/addon/net-addon.js';
 import { projectRoot } from '../../src/project-root.js';
+import { currentThreadNetns, fdCount } from '../helpers/netns-files.js';
 import { createNetns, deleteAllNetns, execIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
 
 requirePrivilegedInCi();
@@ -69,7 +71,7 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
 
   it('retires a worker whose way home fails and replaces it', async () => {
     const before = addon.stats();
-    await addon.runAndPoisonReturn(handle, [{ op: 'netnsId' }]);
+    await loadRawAddon().runInNetns(handle.fd, [{ op: 'netnsId' }], { poisonReturn: true }); // the addon's test hook
     await new Promise((r) => setTimeout(r, 50));
     const after = addon.stats();
     expect(after.threadsRetired).toBe(before.threadsRetired + 1);
@@ -190,14 +192,14 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
   });
 
   it('closes the sockets of earlier steps when a later step fails', async () => {
-    const before = openFdCount();
+    const before = fdCount();
     await expect(
       addon.run(handle, [
         { op: 'socket', family: 4, type: 'udp' },
         { op: 'nft', script: 'this is not nft' },
       ]),
     ).rejects.toMatchObject({ step: 1 });
-    expect(openFdCount()).toBe(before);
+    expect(fdCount()).toBe(before);
   });
 });
 

@@ -12,20 +12,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { NativeNetAddon, openFdCount, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { NativeNetAddon, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { fdCount } from '../helpers/netns-files.js';
 import { SeqpacketListener, type SeqpacketSocket } from '../../src/addon/seqpacket.js';
 import { CniPluginError, CniRuntime, type CniResult } from '../../src/demo/cni-runtime.js';
 import { dnsQuery, EchoApp, tcpExchange } from '../../src/demo/demo-apps.js';
-import {
-  answerDnsQuery,
-  buildDnsQuery,
-  DNS_RCODE,
-  DNS_TYPE_AAAA,
-  parseDnsQuery,
-  parseDnsResponse,
-  ZtunnelStandIn,
-  type StandInEvent,
-} from '../../src/demo/ztunnel-standin.js';
+import { answerDnsQuery, buildDnsQuery, DNS_RCODE, DNS_TYPE_AAAA, parseDnsQuery, parseDnsResponse } from '../../src/demo/ztunnel/dns.js';
+import { ZtunnelStandIn, type StandInEvent } from '../../src/demo/ztunnel/zds-client.js';
 import { INPOD_MARK } from '../../src/rules/constants.js';
 import { NftablesInpodRules } from '../../src/rules/nftables-manager.js';
 import { defaultRuleSettings, NO_OVERRIDES } from '../../src/rules/settings.js';
@@ -115,7 +108,7 @@ function ourNamespaces(): string[] {
 async function settleFds(expected: number, ms = 3_000): Promise<number> {
   const deadline = Date.now() + ms;
   for (;;) {
-    const n = openFdCount();
+    const n = fdCount();
     if (n <= expected || Date.now() > deadline) return n;
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -207,7 +200,7 @@ describe.skipIf(skipReason)(`demo parts: CNI runtime + ztunnel stand-in + in-pod
     addon = new NativeNetAddon();
     const rules = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
     await rules.warmUp(); // worker threads, libnftables init: paid before the fd baseline
-    fdsBefore = openFdCount();
+    fdsBefore = fdCount();
     linksBefore = hostLinks();
     tmp = mkdtempSync(join(tmpdir(), 'ana-demo-parts-'));
     dataDir = join(tmp, 'ipam');

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CniPluginError } from '../../src/demo/cni-runtime.js';
 import { demoPrerequisites, DemoEnvironment } from '../../src/demo/environment.js';
 import { requirePrivilegedInCi } from '../helpers/netns.js';
-import { PodStateStore } from '../../src/pods/state-store.js';
+import { PodStateStore } from '../../src/standalone/state-store.js';
 
 requirePrivilegedInCi();
 const skip = demoPrerequisites();

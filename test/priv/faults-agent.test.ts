@@ -9,8 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NetnsHandle } from '../../src/addon/net-addon.js';
 import { CniPluginError, type CniRuntime } from '../../src/demo/cni-runtime.js';
 import { demoPrerequisites, DemoEnvironment } from '../../src/demo/environment.js';
-import { ZtunnelStandIn } from '../../src/demo/ztunnel-standin.js';
-import { STATE_DIR } from '../../src/pods/state-store.js';
+import { ZtunnelStandIn } from '../../src/demo/ztunnel/zds-client.js';
+import { STATE_DIR } from '../../src/standalone/state-store.js';
 import {
   agentPid,
   agentRules,

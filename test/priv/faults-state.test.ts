@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NetnsHandle } from '../../src/addon/net-addon.js';
 import type { CniRuntime } from '../../src/demo/cni-runtime.js';
 import { demoPrerequisites, DemoEnvironment } from '../../src/demo/environment.js';
-import { parseEnrolledPod, STATE_DIR } from '../../src/pods/state-store.js';
+import { parseEnrolledPod, STATE_DIR } from '../../src/standalone/state-store.js';
 import {
   agentPid,
   agentRules,

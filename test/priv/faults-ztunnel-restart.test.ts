@@ -5,7 +5,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoPrerequisites, DemoEnvironment } from '../../src/demo/environment.js';
-import { ZtunnelStandIn } from '../../src/demo/ztunnel-standin.js';
+import { ZtunnelStandIn } from '../../src/demo/ztunnel/zds-client.js';
 import {
   agentRules,
   checkRules,

@@ -11,10 +11,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { currentThreadNetns, NativeNetAddon, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { NativeNetAddon, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { currentThreadNetns } from '../helpers/netns-files.js';
 import { Agent } from '../../src/agent/agent.js';
 import { loadAgentConfig } from '../../src/agent/config.js';
-import { KubernetesSource } from '../../src/agent/kube-source.js';
+import { KubernetesMode } from '../../src/kube/kube-mode.js';
 import { chooseBackend } from '../../src/host/backend-fallback.js';
 import { HostDataplane } from '../../src/host/host-dataplane.js';
 import { openHostNetns } from '../../src/host/host-netns.js';
@@ -198,8 +199,8 @@ describe.skipIf(skip)(`host netns switch (ALLOW_SWITCH_TO_HOST_NS)${skip ? ` —
       agent = new Agent(config, {
         addon,
         log,
-        makeSource: (deps) =>
-          new KubernetesSource(deps, { kc, nodeName: 'node-1', systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: true, selfNetnsPath: agentNs.path }),
+        makeMode: (deps) =>
+          new KubernetesMode(deps, { kc, nodeName: 'node-1', systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: true, selfNetnsPath: agentNs.path }),
       });
       await agent.start();
       return agent;

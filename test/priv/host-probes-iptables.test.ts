@@ -4,7 +4,8 @@
 // UID-tagged membership, restarts, drift, cleanup, and taking over a node Istio's agent ran on
 // (in both backends): exactly one of everything afterwards, the membership reconciled.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { currentThreadNetns, NativeNetAddon, openFdCount, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { NativeNetAddon, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { currentThreadNetns, fdCount } from '../helpers/netns-files.js';
 import { main } from '../../src/cli/main.js';
 import { HostDataplane } from '../../src/host/host-dataplane.js';
 import { IptablesHostRules } from '../../src/rules/iptables-host-manager.js';
@@ -50,7 +51,7 @@ describe.skipIf(skip)(`iptables host probe rules and ip sets in a real namespace
 
   beforeAll(() => {
     addon.warmUp();
-    fdsBefore = openFdCount();
+    fdsBefore = fdCount();
   });
 
   afterEach(() => {
@@ -63,7 +64,7 @@ describe.skipIf(skip)(`iptables host probe rules and ip sets in a real namespace
   afterAll(() => {
     deleteAllNetns();
     expect(currentThreadNetns()).toEqual(jsThreadNetns);
-    expect(openFdCount()).toBe(fdsBefore);
+    expect(fdCount()).toBe(fdsBefore);
   });
 
   function newNode(): TestNetns {

@@ -6,7 +6,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { currentThreadNetns, NativeNetAddon, openFdCount, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { NativeNetAddon, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { currentThreadNetns, fdCount } from '../helpers/netns-files.js';
 import { HostDataplane } from '../../src/host/host-dataplane.js';
 import { defaultRuleSettings } from '../../src/rules/settings.js';
 import {
@@ -51,7 +52,7 @@ describe.skipIf(skip)(`host probe SNAT and probe sets in a real namespace${skip 
 
   beforeAll(() => {
     addon.warmUp();
-    fdsBefore = openFdCount();
+    fdsBefore = fdCount();
   });
 
   afterEach(() => {
@@ -63,7 +64,7 @@ describe.skipIf(skip)(`host probe SNAT and probe sets in a real namespace${skip 
   afterAll(() => {
     deleteAllNetns();
     expect(currentThreadNetns()).toEqual(jsThreadNetns);
-    expect(openFdCount()).toBe(fdsBefore);
+    expect(fdCount()).toBe(fdsBefore);
   });
 
   function newNode(): void {

@@ -2,7 +2,8 @@
 // must equal what `nft -f <Istio's golden file>` produces, and delete must undo exactly that.
 import { closeSync, readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { currentThreadNetns, NativeNetAddon, openFdCount } from '../../src/addon/net-addon.js';
+import { NativeNetAddon } from '../../src/addon/net-addon.js';
+import { currentThreadNetns, fdCount } from '../helpers/netns-files.js';
 import { main } from '../../src/cli/main.js';
 import { NftablesHostRules } from '../../src/rules/host-manager.js';
 import { IptablesInpodRules } from '../../src/rules/iptables-manager.js';
@@ -207,14 +208,14 @@ describe.skipIf(skip)(`in-pod rules in real namespaces${skip ? ` — skipped: ${
   it('1000 apply/delete cycles leak no fds and never move the JS thread', async () => {
     const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: true }));
     const pod = createNetns('cycles');
-    const fdsBefore = openFdCount();
+    const fdsBefore = fdCount();
     for (let i = 0; i < 1000; i++) {
       const ns = addon.openNetns(pod.path);
       await manager.apply(ns, NO_OVERRIDES);
       await manager.remove(ns);
       ns.close();
     }
-    expect(openFdCount()).toBe(fdsBefore);
+    expect(fdCount()).toBe(fdsBefore);
     expect(currentThreadNetns()).toEqual(jsThreadNetns);
     expect(nftRuleset(pod)).toBe('');
     expect(addon.stats().threadsRetired).toBe(0);

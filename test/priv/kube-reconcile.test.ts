@@ -16,7 +16,7 @@ import { NativeNetAddon, type NetnsHandle } from '../../src/addon/net-addon.js';
 import { Agent } from '../../src/agent/agent.js';
 import { debugSocketPath, getDebug } from '../../src/agent/debug-server.js';
 import { loadAgentConfig } from '../../src/agent/config.js';
-import { KubernetesSource } from '../../src/agent/kube-source.js';
+import { KubernetesMode } from '../../src/kube/kube-mode.js';
 import { loadKubeConfig } from '../../src/kube/client.js';
 import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
@@ -101,7 +101,7 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
     } as FakeObject);
     agent = new Agent(config, {
       addon,
-      makeSource: (deps) => new KubernetesSource(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host: fakeHost, finder }),
+      makeMode: (deps) => new KubernetesMode(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host: fakeHost, finder }),
     });
     await agent.start();
     ztunnel = await FakeZtunnel.connect(config.zdsSocket);

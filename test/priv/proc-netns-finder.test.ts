@@ -6,9 +6,10 @@ import { mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, writeFileSync } 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { currentThreadNetns, NativeNetAddon, openFdCount, type NetnsTarget } from '../../src/addon/net-addon.js';
+import { NativeNetAddon, type NetnsTarget } from '../../src/addon/net-addon.js';
+import { currentThreadNetns, fdCount } from '../helpers/netns-files.js';
 import type { ResultsOf, Step } from '../../src/addon/steps.js';
-import { ProcNetnsFinder } from '../../src/pods/proc-netns-finder.js';
+import { ProcNetnsFinder } from '../../src/kube/proc-netns-finder.js';
 import { createNetns, deleteAllNetns, ipIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
 
 requirePrivilegedInCi();
@@ -79,7 +80,7 @@ describe.skipIf(skip)(`ProcNetnsFinder on real namespaces${skip ? ` — skipped:
       mkdirSync(join(proc, '1')); // pid 1 without readable entries
 
       const finder = new ProcNetnsFinder({ addon, procDir: proc, hostNetns: currentThreadNetns() });
-      const before = openFdCount();
+      const before = fdCount();
       const found = await finder.find([
         { uid: UID_A, ips: ['10.251.0.1'] },
         { uid: UID_B, ips: ['10.251.0.2'] },
@@ -100,14 +101,14 @@ describe.skipIf(skip)(`ProcNetnsFinder on real namespaces${skip ? ` — skipped:
         expect(addon.inspected).toContain(join(proc, '30', 'ns', 'net'));
         expect(addon.inspected.some((p) => p.startsWith(join(proc, '40')))).toBe(false);
         // Exactly the returned handles are open; every rejected one was closed.
-        expect(openFdCount()).toBe(before + found.size);
+        expect(fdCount()).toBe(before + found.size);
         // The handle is usable: it is the namespace holding the pod IP.
         const [res] = await addon.run(a, [{ op: 'listAddresses' }] as const);
         expect(res.addresses.map((x) => x.address)).toContain('10.251.0.1');
       } finally {
         for (const h of found.values()) h.close();
       }
-      expect(openFdCount()).toBe(before);
+      expect(fdCount()).toBe(before);
 
       // Repeated scans do not accumulate fds either.
       for (let i = 0; i < 3; i++) {
@@ -115,7 +116,7 @@ describe.skipIf(skip)(`ProcNetnsFinder on real namespaces${skip ? ` — skipped:
         expect([...again.keys()]).toEqual([UID_A]);
         for (const h of again.values()) h.close();
       }
-      expect(openFdCount()).toBe(before);
+      expect(fdCount()).toBe(before);
     } finally {
       rmSync(root, { recursive: true, force: true });
     }

@@ -6,7 +6,8 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { NativeNetAddon, openFdCount } from '../../src/addon/net-addon.js';
+import { NativeNetAddon } from '../../src/addon/net-addon.js';
+import { fdCount } from '../helpers/netns-files.js';
 import { reconcileRegisteredPods } from '../../src/reconcile/pod-targets.js';
 import { Reconciler } from '../../src/reconcile/reconciler.js';
 import { StampedRules } from '../../src/reconcile/stamped-rules.js';
@@ -48,7 +49,7 @@ describe.skipIf(skip)(`live reconciliation idle cost${skip ? ` — skipped: ${sk
     for (let i = 0; i < PODS; i++) namespaces.push(createNetns('idle'));
     const handles = namespaces.map((ns) => addon.openNetns(ns.path));
     await mapLimit(handles, 4, (h) => rules.apply(h, NO_OVERRIDES));
-    const fdsBefore = openFdCount();
+    const fdsBefore = fdCount();
     let checks = 0;
     reconciler = new Reconciler({ addon, routeTable: ROUTE_TABLE_INBOUND, intervalMs: 30_000, metrics: { repairs: () => undefined, check: () => void checks++ } });
     reconcileRegisteredPods(reconciler, registry, rules, {});
@@ -60,7 +61,7 @@ describe.skipIf(skip)(`live reconciliation idle cost${skip ? ` — skipped: ${sk
     expect(checks).toBeGreaterThanOrEqual(PODS);
     const watchFds = reconciler.watchFds();
     expect(watchFds).toBe(2 * PODS);
-    expect(openFdCount() - fdsBefore).toBeLessThanOrEqual(2 * PODS + 4);
+    expect(fdCount() - fdsBefore).toBeLessThanOrEqual(2 * PODS + 4);
 
     const cpu0 = cpuMs();
     const t0 = Date.now();

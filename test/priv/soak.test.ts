@@ -9,10 +9,11 @@ import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openFdCount } from '../../src/addon/net-addon.js';
+import { fdCount } from '../helpers/netns-files.js';
 import { Agent } from '../../src/agent/agent.js';
 import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
-import { STATE_DIR } from '../../src/pods/state-store.js';
+import { StandaloneMode } from '../../src/standalone/standalone-mode.js';
+import { STATE_DIR } from '../../src/standalone/state-store.js';
 import { hasNoRules, netnsFds } from '../helpers/fault-env.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { createNetns, deleteAllNetns, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
@@ -88,7 +89,7 @@ describe.skipIf(skip)(`soak: ${CYCLES} add/delete cycles through the agent${skip
       ['--kube-mode', 'none', '--run-dir', join(dir, 'run'), '--zds-socket', join(dir, 'ztunnel.sock'), '--netns-root', '', '--health-port', '0', '--metrics-port', '0'],
       {},
     );
-    agent = new Agent(config);
+    agent = new Agent(config, { makeMode: (d) => new StandaloneMode(d) });
     await agent.start();
     ztunnel = await FakeZtunnel.connect(config.zdsSocket, { maxMessages: 100 });
     await ztunnel.waitFor(() => ztunnel!.snapshotSent);
@@ -106,7 +107,7 @@ describe.skipIf(skip)(`soak: ${CYCLES} add/delete cycles through the agent${skip
 
   it('keeps fds, netns handles, memory and the addon executor flat', async () => {
     await cycles(0, WARM_UP);
-    const baseline = { fds: openFdCount(), netns: netnsFds(process.pid), stats: agent!.addon.stats(), memory: memoryMb() };
+    const baseline = { fds: fdCount(), netns: netnsFds(process.pid), stats: agent!.addon.stats(), memory: memoryMb() };
 
     const started = Date.now();
     // RSS at every tenth of the run: the allocator's arenas settle early, a leak keeps growing.
@@ -120,7 +121,7 @@ describe.skipIf(skip)(`soak: ${CYCLES} add/delete cycles through the agent${skip
       heapCurve.push(m.heap);
     }
     const seconds = (Date.now() - started) / 1000;
-    const after = { fds: openFdCount(), netns: netnsFds(process.pid), stats: agent!.addon.stats(), memory: memoryMb() };
+    const after = { fds: fdCount(), netns: netnsFds(process.pid), stats: agent!.addon.stats(), memory: memoryMb() };
     const jobs = after.stats.jobsRun - baseline.stats.jobsRun;
     console.log(
       `soak: ${CYCLES - WARM_UP} cycles in ${seconds.toFixed(1)} s (${(((CYCLES - WARM_UP) / seconds)).toFixed(0)}/s, ${NAMESPACES} in flight); ` +

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { loadAgentConfig, OPTIONS, parseGoDurationMs, usage } from '../../src/agent/config.js';
-import { UsageError } from '../../src/cli/usage-error.js';
+import { UsageError } from '../../src/util/usage-error.js';
 import { podsTable } from '../../src/cli/pods-command.js';
 
 describe('agent configuration', () => {

@@ -4,7 +4,7 @@
 import { describe, expect, it } from 'vitest';
 
 import { chain, configKind, hasIstioEntry, pickPrimary, pluginDirNetwork, sameConfig, unchain, validateConfig } from '../../src/cni-install/conflist.js';
-import { compareGoStrings, marshalGoIndent, parseGoJson, quoteGoString } from '../../src/cni-install/go-json.js';
+import { compareGoStrings, marshalGoIndent, parseGoJson, quoteGoString } from '../../src/util/go-json.js';
 import { normalizeExcludeNamespaces, pluginEntry, type PluginConfigSettings } from '../../src/cni-install/plugin-config.js';
 
 const SETTINGS: PluginConfigSettings = {
@@ -28,6 +28,7 @@ describe('Go encoding/json output', () => {
   });
 
   it('formats numbers like strconv.FormatFloat(f, fmt, -1, 64)', () => {
+    // eslint-disable-next-line no-loss-of-precision -- on purpose: a double past 2^53, which Go prints as 12345678901234567000
     expect(marshalGoIndent([1500, 0.5, 1e21, 1e20, 1e-7, 0.000001, -0, 12345678901234567890])).toBe(
       '[\n  1500,\n  0.5,\n  1e+21,\n  100000000000000000000,\n  1e-7,\n  0.000001,\n  -0,\n  12345678901234567000\n]\n',
     );

@@ -1,6 +1,6 @@
 // `demo --runtime cni|containerd`: who creates the pods.
 import { describe, expect, it } from 'vitest';
-import { UsageError } from '../../src/cli/usage-error.js';
+import { UsageError } from '../../src/util/usage-error.js';
 import { parseDemoArgs } from '../../src/demo/demo-command.js';
 
 describe('demo arguments', () => {

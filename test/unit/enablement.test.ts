@@ -8,7 +8,7 @@ import {
   matchesLabelSelector,
   parseEnablementSelectors,
   type EnablementSelector,
-} from '../../src/pods/enablement.js';
+} from '../../src/kube/enablement.js';
 
 const MODE = 'istio.io/dataplane-mode';
 

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { parseEnrolledPod, PodStateStore, STATE_DIR, stateFileName, type EnrolledPod } from '../../src/pods/state-store.js';
+import { parseEnrolledPod, PodStateStore, STATE_DIR, stateFileName, type EnrolledPod } from '../../src/standalone/state-store.js';
 import { fuzzParams, fuzzTest } from '../helpers/fuzz.js';
 
 // ---- the oracle for a loaded pod (independent of state-store.ts) -------------------------------

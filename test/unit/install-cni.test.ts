@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { ACCEPTED_UNUSED_ENV, loadAgentConfig, OPTIONS, optionsHelp } from '../../src/agent/config.js';
 import { INSTALL_CNI_USAGE, parseInstallCniArgs } from '../../src/cli/install-cni-command.js';
 import { commandLine, main } from '../../src/cli/main.js';
-import { UsageError } from '../../src/cli/usage-error.js';
+import { UsageError } from '../../src/util/usage-error.js';
 import { applyOutputLevels, uniformLevels } from '../../src/ops/log-levels.js';
 import { createLogger, scopeLogger, type LogFormat } from '../../src/ops/log.js';
 

@@ -12,7 +12,7 @@ import {
   parseProcStatStartTime,
   podIdsFromCgroupPath,
   ProcNetnsFinder,
-} from '../../src/pods/proc-netns-finder.js';
+} from '../../src/kube/proc-netns-finder.js';
 import { FakeNetAddon } from '../fakes/fake-net-addon.js';
 
 const CID = '9bca8d63d5fa610783847915bcff0ecac1273e5b4bed3f6fa1b07350e0135961';

@@ -5,7 +5,7 @@ import { ZdsError } from '../../src/zds/errors.js';
 const hex = (b: Uint8Array): string => Buffer.from(b).toString('hex');
 const bytes = (h: string): Uint8Array => Buffer.from(h.replace(/ /g, ''), 'hex');
 
-describe('ZDS codec: exact bytes (zds-protocol.md §1, as prost and Go produce them)', () => {
+describe('ZDS codec: exact bytes (docs/zds-protocol.md §1, as prost and Go produce them)', () => {
   it.each([
     ['ZdsHello{version: V1}', hex(encodeHello()), '0801'],
     ['WorkloadResponse{ack: {error: ""}}', hex(encodeResponse({ ack: { error: '' } })), '0a00'],

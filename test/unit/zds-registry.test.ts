@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { parseZdsArgs } from '../../src/cli/zds-command.js';
-import { UsageError } from '../../src/cli/usage-error.js';
+import { UsageError } from '../../src/util/usage-error.js';
 import type { NetnsHandle } from '../../src/addon/net-addon.js';
 import { ZdsError } from '../../src/zds/errors.js';
 import { PodRegistry } from '../../src/zds/registry.js';

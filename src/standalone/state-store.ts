@@ -74,7 +74,7 @@ export function parseEnrolledPod(text: string): EnrolledPod {
   try {
     raw = JSON.parse(text);
   } catch (err) {
-    throw new Error(`not valid JSON (${(err as Error).message})`);
+    throw new Error(`not valid JSON (${(err as Error).message})`, { cause: err });
   }
   return checkEnrolledPod(raw);
 }

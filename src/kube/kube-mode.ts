@@ -5,22 +5,22 @@ import type { NetnsHandle } from '../addon/net-addon.js';
 import type { PluginAddEvent } from '../cni/protocol.js';
 import { HostDataplane } from '../host/host-dataplane.js';
 import { openHostNetns } from '../host/host-netns.js';
-import { httpStatusOf, KubeApi } from '../kube/client.js';
-import { ResilientInformer } from '../kube/informer.js';
-import { MeshController, type HostProbes, type NetnsFinder } from '../kube/mesh-controller.js';
-import { Enablement, parseEnablementSelectors } from '../pods/enablement.js';
-import { ProcNetnsFinder } from '../pods/proc-netns-finder.js';
+import { httpStatusOf, KubeApi } from './client.js';
+import { ResilientInformer } from './informer.js';
+import { MeshController, type HostProbes, type NetnsFinder } from './mesh-controller.js';
+import { Enablement, parseEnablementSelectors } from './enablement.js';
+import { ProcNetnsFinder } from './proc-netns-finder.js';
 import { podOverridesFromAnnotations, type PodOverrides } from '../rules/settings.js';
-import { writeEnablementSnapshot } from './enablement-file.js';
+import { writeEnablementSnapshot } from '../agent/enablement-file.js';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { CoreV1Api } from '@kubernetes/client-node';
-import type { PodSource, SourceDeps } from './pod-source.js';
+import type { AgentMode, ModeDeps } from '../agent/mode.js';
 import { onboardingPending } from '../pods/onboard.js';
 import { podIps } from '../kube/mesh-controller.js';
 import { NFT_TABLE_NAT } from '../rules/constants.js';
 import type { HostReconcileTarget, PodReconcileHooks } from '../reconcile/pod-targets.js';
 
-export interface KubeSourceOptions {
+export interface KubernetesModeOptions {
   kc: KubeConfig;
   nodeName: string;
   /** AMBIENT_ENABLEMENT_SELECTOR (YAML); undefined: Istio's defaults. */
@@ -31,7 +31,6 @@ export interface KubeSourceOptions {
   /** AMBIENT_DISABLE_SAFE_UPGRADE: always clean up on SIGTERM. */
   disableSafeUpgrade: boolean;
   reconcileRulesOnStartup?: boolean;
-  kubeletUid?: number;
   /** Tests replace the node-facing parts (host probe rules, /proc scan). */
   host?: HostProbes & { start(): Promise<void>; cleanup(): Promise<void> };
   /** The agent's own netns (default /proc/self/ns/net; tests stand a pod netns in for it). */
@@ -41,7 +40,7 @@ export interface KubeSourceOptions {
   finder?: NetnsFinder;
 }
 
-export class KubernetesSource implements PodSource {
+export class KubernetesMode implements AgentMode {
   readonly mode = 'kubernetes' as const;
   readonly controller: MeshController;
   readonly pods: ResilientInformer<V1Pod>;
@@ -59,8 +58,8 @@ export class KubernetesSource implements PodSource {
   #prepared = false;
 
   constructor(
-    private readonly deps: SourceDeps,
-    private readonly opts: KubeSourceOptions,
+    private readonly deps: ModeDeps,
+    private readonly opts: KubernetesModeOptions,
   ) {
     const core = opts.kc.makeApiClient(CoreV1Api);
     this.#core = core;
@@ -93,7 +92,6 @@ export class KubernetesSource implements PodSource {
       settings: deps.settings,
       backend: deps.config.backend,
       procDir: deps.config.procDir,
-      ...(opts.kubeletUid !== undefined ? { kubeletUid: opts.kubeletUid } : {}),
       log: deps.log,
     }));
     this.controller = new MeshController({

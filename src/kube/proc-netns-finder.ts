@@ -127,7 +127,7 @@ export class ProcNetnsFinder {
     try {
       entries = await readdir(this.#procDir, { withFileTypes: true });
     } catch (err) {
-      throw new Error(`cannot list ${this.#procDir} to find pod network namespaces: ${(err as Error).message}`);
+      throw new Error(`cannot list ${this.#procDir} to find pod network namespaces: ${(err as Error).message}`, { cause: err });
     }
     const pids = entries.filter((e) => e.isDirectory() && /^\d+$/.test(e.name)).map((e) => Number(e.name));
     const out: ProcessInfo[] = [];

@@ -10,8 +10,8 @@ import { NO_OVERRIDES } from '../rules/settings.js';
 import { KeyedQueue } from '../util/keyed-queue.js';
 import { mapLimit } from '../util/map-limit.js';
 import type { PodIdentity, PodRegistry } from '../zds/registry.js';
-import { PodNetnsOpener } from './netns-path.js';
-import { onboardingPending, onboardPod, RuleApplyError } from './onboard.js';
+import { PodNetnsOpener } from '../pods/netns-path.js';
+import { onboardingPending, onboardPod, RuleApplyError } from '../pods/onboard.js';
 import type { EnrolledPod, PodStateStore } from './state-store.js';
 
 /** What the CNI path knows about a pod. */
@@ -35,12 +35,12 @@ export interface EnrollerDeps {
   netnsDirs?: readonly string[];
   procDir?: string;
   excludeNamespaces: readonly string[];
-  /** Standalone mode has no service accounts to read; Kubernetes mode passes the real one. */
-  serviceAccountOf?: (pod: CniPod) => string;
   log?: Logger;
 }
 
 const RESTORE_CONCURRENCY = 8;
+/** Standalone mode has no service accounts to read; every pod gets `default`. */
+const STANDALONE_SERVICE_ACCOUNT = 'default';
 
 export interface RestoreSummary {
   restored: number;
@@ -198,13 +198,6 @@ export class PodEnroller {
     return summary;
   }
 
-  /** Both phases, for callers with nothing to do in between. */
-  async restore(): Promise<RestoreSummary> {
-    const reopened = this.reopen();
-    const verified = await this.verifyReopened();
-    return { ...reopened, repaired: verified.repaired };
-  }
-
   #reopenOne(pod: EnrolledPod): NetnsHandle | undefined {
     const log = this.#log.child({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid });
     let netns: NetnsHandle;
@@ -270,11 +263,7 @@ export class PodEnroller {
   }
 
   #identity(pod: CniPod): PodIdentity {
-    return { uid: pod.uid, name: pod.name, namespace: pod.namespace, serviceAccount: this.#serviceAccount(pod) };
-  }
-
-  #serviceAccount(pod: CniPod): string {
-    return this.deps.serviceAccountOf?.(pod) ?? 'default';
+    return { uid: pod.uid, name: pod.name, namespace: pod.namespace, serviceAccount: STANDALONE_SERVICE_ACCOUNT };
   }
 
   #record(pod: CniPod, netns: NetnsHandle): EnrolledPod {
@@ -282,7 +271,7 @@ export class PodEnroller {
       uid: pod.uid,
       name: pod.name,
       namespace: pod.namespace,
-      serviceAccount: this.#serviceAccount(pod),
+      serviceAccount: STANDALONE_SERVICE_ACCOUNT,
       netnsPath: pod.netnsPath,
       netnsIno: netns.ino,
       netnsDev: netns.dev,

@@ -14,7 +14,7 @@
 // refuses to start on it, so this one does too, with a message naming the entry.
 import type { V1LabelSelector, V1LabelSelectorRequirement, V1Namespace, V1Pod } from '@kubernetes/client-node';
 import { CORE_SCHEMA, load as loadYaml } from 'js-yaml';
-import { goFieldKeys, isJsonObject, type JsonObject } from '../cni-install/go-json.js';
+import { goFieldKeys, isJsonObject, type JsonObject } from '../util/go-json.js';
 
 /** The pod/namespace label that opts in (`ambient`) or out (`none`). */
 export const LABEL_DATAPLANE_MODE = 'istio.io/dataplane-mode';
@@ -22,10 +22,6 @@ export const DATAPLANE_MODE_AMBIENT = 'ambient';
 export const DATAPLANE_MODE_NONE = 'none';
 /** Present on pods that have an Istio sidecar (set by the injector). */
 export const ANNOTATION_SIDECAR_STATUS = 'sidecar.istio.io/status';
-/** The enrolment state the agent writes on the pod: `enabled` or `pending`. */
-export const ANNOTATION_AMBIENT_REDIRECTION = 'ambient.istio.io/redirection';
-export const AMBIENT_REDIRECTION_ENABLED = 'enabled';
-export const AMBIENT_REDIRECTION_PENDING = 'pending';
 /** The label that, in the system namespace, marks ztunnel's own pods. */
 export const LABEL_APP = 'app';
 export const ZTUNNEL_APP = 'ztunnel';
@@ -66,7 +62,7 @@ export function parseEnablementSelectors(yamlText: string | undefined): Enableme
     // CORE_SCHEMA: no timestamps or binary; a label value such as 2024-01-01 stays a string.
     doc = loadYaml(yamlText, { schema: CORE_SCHEMA });
   } catch (err) {
-    throw new Error(`AMBIENT_ENABLEMENT_SELECTOR: invalid YAML: ${(err as Error).message.split('\n')[0]}`);
+    throw new Error(`AMBIENT_ENABLEMENT_SELECTOR: invalid YAML: ${(err as Error).message.split('\n')[0]}`, { cause: err });
   }
   if (doc === undefined || doc === null) return cloneSelectors(ISTIO_DEFAULT_SELECTORS);
   if (!Array.isArray(doc)) {

@@ -1,19 +1,19 @@
 // Standalone mode: pods come only from the CNI path; the enrolled pods are kept in the run dir.
 import type { PluginAddEvent, PluginDelEvent, PluginGcEvent } from '../cni/protocol.js';
-import { PodEnroller } from '../pods/enroller.js';
-import { PodStateStore } from '../pods/state-store.js';
 import type { PodReconcileHooks } from '../reconcile/pod-targets.js';
+import { PodEnroller, type CniPod } from './enroller.js';
+import { PodStateStore } from './state-store.js';
 import { describeDrift } from '../rules/drift.js';
-import { writeEnablementSnapshot } from './enablement-file.js';
-import { cniPodOf, type PodSource, type SourceDeps } from './pod-source.js';
+import { writeEnablementSnapshot } from '../agent/enablement-file.js';
+import type { AgentMode, ModeDeps } from '../agent/mode.js';
 
-export class StandaloneSource implements PodSource {
+export class StandaloneMode implements AgentMode {
   readonly mode = 'standalone' as const;
   readonly enroller: PodEnroller;
   #restored = false;
   #verified: Promise<void> = Promise.resolve();
 
-  constructor(private readonly deps: SourceDeps) {
+  constructor(private readonly deps: ModeDeps) {
     this.enroller = new PodEnroller({
       addon: deps.addon,
       rules: deps.rules,
@@ -97,4 +97,16 @@ export class StandaloneSource implements PodSource {
   async cleanUp(): Promise<void> {}
 
   async stop(): Promise<void> {}
+}
+
+/** Istio's plugin sends no UID; namespace/name is unique on a node at any one time. */
+export function cniPodOf(e: PluginAddEvent): CniPod {
+  return {
+    uid: e.PodUID || `${e.PodNamespace}/${e.PodName}`,
+    name: e.PodName,
+    namespace: e.PodNamespace,
+    netnsPath: e.Netns,
+    containerId: e.ContainerID ?? '',
+    ips: e.IPs.map((ip) => ip.Address.IP),
+  };
 }

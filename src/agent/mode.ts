@@ -1,19 +1,19 @@
-// Where the agent learns about pods: standalone (only the CNI path, state kept in the run dir,
-// standalone-source.ts) or Kubernetes (informers, enablement selectors, annotations, host probe
-// rules, kube-source.ts, loaded only in that mode so a standalone agent starts without the
-// Kubernetes client). The agent wires either one to the plugin-event server and the ZDS server.
+// The agent's mode: standalone (only the CNI path, enrolled pods kept in the run dir,
+// src/standalone/) or Kubernetes (informers, enablement selectors, annotations, host probe rules,
+// src/kube/, loaded only in that mode so a standalone agent starts without the Kubernetes client).
+// The agent knows neither: `run` builds the mode from the agent's parts (ModeDeps) and the agent
+// wires it to the plugin-event server and the ZDS server.
 import type { NetAddon } from '../addon/net-addon.js';
 import type { PluginAddEvent, PluginDelEvent, PluginGcEvent } from '../cni/protocol.js';
 import type { Logger } from '../ops/log.js';
 import type { AgentMetrics } from '../ops/metrics.js';
-import type { CniPod } from '../pods/enroller.js';
 import type { InpodRuleManager } from '../rules/manager.js';
 import type { PodOverrides, RuleSettings } from '../rules/settings.js';
 import type { HostReconcileTarget, PodReconcileHooks } from '../reconcile/pod-targets.js';
 import type { PodRegistry } from '../zds/registry.js';
 import type { AgentConfig } from './config.js';
 
-export interface PodSource {
+export interface AgentMode {
   readonly mode: 'standalone' | 'kubernetes';
   /** Before ZDS listens: everything the first snapshot needs. */
   prepare(): Promise<void>;
@@ -30,10 +30,10 @@ export interface PodSource {
   notReadyReasons(): string[];
   /** On SIGTERM: should node-level artefacts (CNI config, binary, host rules) be removed? */
   shouldCleanUp(): Promise<boolean>;
-  /** Removes node-level artefacts this source owns (host rules and probe sets). */
+  /** Removes node-level artefacts this mode owns (host rules and probe sets). */
   cleanUp(): Promise<void>;
   stop(): Promise<void>;
-  /** Releases what the source holds (after stop and any clean-up). */
+  /** Releases what the mode holds (after stop and any clean-up). */
   close?(): void;
   /** The pod's rule overrides (from its annotations), for verification. */
   overridesFor?(uid: string): PodOverrides;
@@ -43,7 +43,8 @@ export interface PodSource {
   hostReconcileTarget?(): HostReconcileTarget | undefined;
 }
 
-export interface SourceDeps {
+/** The agent's parts a mode is built from. */
+export interface ModeDeps {
   config: AgentConfig;
   addon: NetAddon;
   rules: InpodRuleManager;
@@ -51,16 +52,4 @@ export interface SourceDeps {
   settings: RuleSettings;
   log: Logger;
   metrics?: AgentMetrics;
-}
-
-/** Istio's plugin sends no UID; namespace/name is unique on a node at any one time. */
-export function cniPodOf(e: PluginAddEvent): CniPod {
-  return {
-    uid: e.PodUID || `${e.PodNamespace}/${e.PodName}`,
-    name: e.PodName,
-    namespace: e.PodNamespace,
-    netnsPath: e.Netns,
-    containerId: e.ContainerID ?? '',
-    ips: e.IPs.map((ip) => ip.Address.IP),
-  };
 }
