@@ -12,7 +12,9 @@
         "native/netns_executor.cc",
         "native/nft_runner.cc",
         "native/nft_tables.cc",
+        "native/nft_batch.cc",
         "native/rtnl.cc",
+        "native/rtnl_batch.cc",
         "native/marked_socket.cc",
         "native/spawn.cc",
         "native/steps.cc",
@@ -22,7 +24,7 @@
       "dependencies": ["<!(node -p \"require('node-addon-api').targets\"):node_addon_api_except"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-fexceptions", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers"],
-      "libraries": ["-lnftables", "-lmnl", "-lpthread"],
+      "libraries": ["-lnftables", "-lnftnl", "-lmnl", "-lpthread"],
       "conditions": [
         ["OS!='linux'", { "type": "none" }],
         ["sanitize==1", {

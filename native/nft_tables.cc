@@ -1,5 +1,7 @@
 #include "nft_tables.h"
 
+#include "nft_socket.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <libmnl/libmnl.h>
@@ -16,34 +18,6 @@ namespace ana {
 namespace {
 
 constexpr size_t kBufSize = 32768;
-constexpr int kReplyTimeoutSec = 10;
-
-class NetfilterSocket {
- public:
-  ~NetfilterSocket() {
-    if (sock_) mnl_socket_close(sock_);
-  }
-
-  bool Open(SysError* err) {
-    sock_ = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
-    if (!sock_) return Fail(err, "socket");
-    if (mnl_socket_bind(sock_, 0, MNL_SOCKET_AUTOPID) < 0) return Fail(err, "bind");
-    // A kernel that never answers must not hold a netns thread forever.
-    timeval tv{kReplyTimeoutSec, 0};
-    if (setsockopt(mnl_socket_get_fd(sock_), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) return Fail(err, "setsockopt");
-    return true;
-  }
-
-  mnl_socket* get() const { return sock_; }
-
- private:
-  static bool Fail(SysError* err, const char* syscall) {
-    *err = SysError::FromErrno(errno, syscall, "NETLINK_NETFILTER");
-    return false;
-  }
-
-  mnl_socket* sock_ = nullptr;
-};
 
 nlmsghdr* PutMessage(mnl_nlmsg_batch* batch, uint16_t type, uint16_t flags, uint8_t family, uint16_t res_id,
                      uint32_t seq) {
@@ -139,6 +113,10 @@ namespace ana {
 bool NftGeneration(uint32_t* generation, SysError* err) {
   NetfilterSocket sock;
   if (!sock.Open(err)) return false;
+  return ReadNftGeneration(sock.get(), generation, err);
+}
+
+bool ReadNftGeneration(mnl_socket* sock, uint32_t* generation, SysError* err) {
   std::vector<char> buf(kBufSize);
   nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
   nlh->nlmsg_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN;
@@ -148,11 +126,11 @@ bool NftGeneration(uint32_t* generation, SysError* err) {
   nfg->nfgen_family = AF_UNSPEC;
   nfg->version = NFNETLINK_V0;
   nfg->res_id = 0;
-  if (mnl_socket_sendto(sock.get(), nlh, nlh->nlmsg_len) < 0) {
+  if (mnl_socket_sendto(sock, nlh, nlh->nlmsg_len) < 0) {
     *err = SysError::FromErrno(errno, "sendto", "NETLINK_NETFILTER");
     return false;
   }
-  ssize_t n = mnl_socket_recvfrom(sock.get(), buf.data(), buf.size());
+  ssize_t n = mnl_socket_recvfrom(sock, buf.data(), buf.size());
   if (n < 0) {
     *err = SysError::FromErrno(errno, "recvfrom", "NETLINK_NETFILTER");
     return false;

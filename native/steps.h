@@ -10,6 +10,7 @@
 #include "marked_socket.h"
 #include "netns.h"
 #include "rtnl.h"
+#include "rtnl_batch.h"
 #include "spawn.h"
 #include "sys_error.h"
 
@@ -30,6 +31,9 @@ enum class StepOp {
   kNetnsId,             // report the namespace the step runs in
   kDeleteNftTables,     // delete whole tables with a raw nfnetlink batch (no libnftables lock)
   kNftGeneration,       // the namespace's nftables ruleset generation
+  kNftBatch,            // send a prebuilt nf_tables batch; the script is the fallback if refused
+  kNftCompile,          // build a batch from tables already in the namespace (see nft_batch.h)
+  kRoutingBatch,        // fwmark rules and local routes in one rtnetlink sendmsg
 };
 
 struct Step {
@@ -50,7 +54,9 @@ struct Step {
   bool replace_env = false;        // kExec: run with exactly `env`
   std::vector<std::string> env;    // "NAME=value"
   uint8_t nft_family = 0;          // kDeleteNftTables: NFPROTO_*
-  std::vector<std::string> tables; // kDeleteNftTables
+  std::vector<std::string> tables; // kDeleteNftTables, kNftCompile
+  std::vector<char> batch;         // kNftBatch: messages from kNftCompile (script = fallback text)
+  std::vector<RoutingChange> routing;  // kRoutingBatch
 };
 
 struct StepResult {
@@ -64,7 +70,12 @@ struct StepResult {
   std::vector<AddressEntry> addresses;
   SpawnResult spawn;
   NetnsId netns;
-  uint32_t generation = 0;  // kNftGeneration
+  uint32_t generation = 0;  // kNftGeneration; kNftBatch: after the commit
+  uint32_t generation_before = 0;  // kNftBatch
+  bool fallback = false;           // kNftBatch: the kernel refused the batch, the script was applied
+  std::string fallback_reason;     // kNftBatch: the kernel's refusal, when fallback
+  std::vector<char> batch;         // kNftCompile
+  std::vector<RoutingOutcome> routing;  // kRoutingBatch, one per change
 };
 
 // Runs the steps in order on the calling thread, stopping at the first failure. On failure
