@@ -67,5 +67,22 @@
         }]
       ]
     }
+    ,{
+      # The benchmarks' ZDS peer (bench:node): a native stand-in for ztunnel's side of ZDS.
+      "target_name": "zds-peer",
+      "type": "executable",
+      "sources": ["native/zds_peer/main.cc", "native/zds_peer/wire.cc", "native/zds_peer/listeners.cc"],
+      "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
+      "cflags_cc": ["-std=c++17", "-fexceptions", "-O2", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers"],
+      "ldflags!": ["-rdynamic"],
+      "libraries": ["-lpthread"],
+      "conditions": [
+        ["OS!='linux'", { "type": "none" }],
+        ["sanitize==1", {
+          "cflags_cc": ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined", "-g", "-O1"],
+          "ldflags": ["-fsanitize=address,undefined"]
+        }]
+      ]
+    }
   ]
 }
