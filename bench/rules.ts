@@ -517,7 +517,7 @@ async function main(): Promise<void> {
 function writeRulesResult(results: Array<{ ipv6: boolean; ratios: Ratios }>): void {
   const dir = join(projectRoot(), 'bench', 'results');
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'rules-latest.json'), `${JSON.stringify({ at: new Date().toISOString(), lines: targetLines(results).filter((l) => l.includes('=')) }, null, 2)}\n`);
+  writeFileSync(join(dir, 'rules-latest.json'), `${JSON.stringify({ at: new Date().toISOString(), lines: targetLines(results).filter((l) => /^[a-z0-9_]+=/.test(l)) }, null, 2)}\n`);
 }
 
 main().catch((err: unknown) => {

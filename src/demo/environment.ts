@@ -56,6 +56,11 @@ export interface DemoOptions {
   log?: (line: string) => void;
   /** Extra Node.js flags for the agent process (the node benchmark profiles with --cpu-prof). */
   agentNodeArgs?: string[];
+  /**
+   * 'stand-in' (default): the demo's ztunnel stand-in connects to the agent. 'external': nobody
+   * does; the caller connects its own ZDS peer to zdsSocket (the node benchmark's native peer).
+   */
+  ztunnel?: 'stand-in' | 'external';
 }
 
 function ip(args: string[]): string {
@@ -100,6 +105,7 @@ export class DemoEnvironment {
   readonly #podNames: string[];
   readonly #log: (line: string) => void;
   readonly #agentNodeArgs: string[];
+  readonly #ztunnel: 'stand-in' | 'external';
   readonly #namespaces: string[] = [];
   #node: NetnsHandle | undefined;
   #agent: ChildProcess | undefined;
@@ -112,6 +118,7 @@ export class DemoEnvironment {
     this.#subnet = `10.248.${options.subnet ?? 77}`;
     this.#log = options.log ?? (() => {});
     this.#agentNodeArgs = options.agentNodeArgs ?? [];
+    this.#ztunnel = options.ztunnel ?? 'stand-in';
   }
 
   /** The running agent process (startAgent), if any. */
@@ -131,6 +138,7 @@ export class DemoEnvironment {
     this.#node = this.addon.openNetns(this.#createNamespace(`${this.#prefix}-node`));
     this.#writePrimaryConfig();
     await this.startAgent();
+    if (this.#ztunnel === 'external') return;
     this.standIn = new ZtunnelStandIn({ socketPath: this.zdsSocket, addon: this.addon, log: (l) => this.#log(`ztunnel: ${l}`) }).start();
     await this.standIn.waitFor(() => this.standIn!.ready, 10_000, 'ztunnel stand-in connected and synced');
     this.#log('ztunnel stand-in connected to the agent (ZDS snapshot received)');
