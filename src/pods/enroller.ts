@@ -11,7 +11,7 @@ import { answerWithin } from '../util/answer-within.js';
 import { mapLimit } from '../util/map-limit.js';
 import type { PodIdentity, PodRegistry } from '../zds/registry.js';
 import { PodNetnsOpener } from './netns-path.js';
-import { onboardPod, RuleApplyError } from './onboard.js';
+import { onboardPod } from './onboard.js';
 import type { EnrolledPod, PodStateStore } from './state-store.js';
 
 /** What the CNI path knows about a pod. */
@@ -61,6 +61,13 @@ export interface RestoreSummary {
   dropped: number;
 }
 
+/** The pod's state file could not be written (ENOSPC, EROFS...): the ADD fails. */
+class StateWriteError extends Error {
+  constructor(message: string, readonly wasStored: boolean, options?: ErrorOptions) {
+    super(message, options);
+  }
+}
+
 export class PodEnroller {
   readonly #queue = new KeyedQueue();
   readonly #log: Logger;
@@ -89,24 +96,41 @@ export class PodEnroller {
       if (this.isExcluded(pod.namespace)) return log.info('namespace excluded; not enrolling');
       const netns = this.#open(pod.netnsPath);
       const wasStored = this.deps.store.get(pod.uid) !== undefined;
-      try {
-        // Persisted first: a crash after ztunnel got the pod must still find it on restart.
-        this.deps.store.put(this.#record(pod, netns));
-      } catch (err) {
-        netns.close();
-        throw new Error(`cannot record the pod in ${this.deps.store.dir}: ${(err as Error).message}`, { cause: err });
-      }
-      try {
-        const deps = { ...this.deps, onRulesApplied: () => void (progress.rulesApplied = true) };
-        const { rulesMs, zdsMs, stamp } = await onboardPod(deps, this.#identity(pod), netns, NO_OVERRIDES);
-        this.#remember(pod.uid, stamp);
-        log.info({ rulesMs, zdsMs, netnsIno: netns.ino }, 'pod enrolled');
-      } catch (err) {
-        if (err instanceof RuleApplyError && !wasStored) this.deps.store.remove(pod.uid);
-        throw err;
-      }
+      const deps = { ...this.deps, onRulesApplied: () => void (progress.rulesApplied = true) };
+      // RuleApplyError: nothing of this ADD stays (onboardPod took a new pod back out of ztunnel).
+      const { rulesMs, zdsMs, stamp } = await onboardPod(deps, this.#identity(pod), netns, NO_OVERRIDES);
+      // One write per ADD, with the rules' stamp, before the ADD is answered: an answered ADD is
+      // always on disk. A crash before this point fails the ADD, and the runtime retries it.
+      this.#persist(pod, netns, stamp, wasStored);
+      log.info({ rulesMs, zdsMs, netnsIno: netns.ino }, 'pod enrolled');
+    }).catch(async (err: unknown) => {
+      if (err instanceof StateWriteError) await this.#undoAdd(pod.uid, err);
+      throw err;
     });
     return this.#answerWithin(work, pod, progress);
+  }
+
+  /** Records the enrolled pod; a failed write is a StateWriteError (the ADD then fails). */
+  #persist(pod: CniPod, netns: NetnsHandle, stamp: RulesStamp | undefined, wasStored: boolean): void {
+    const record = this.#record(pod, netns);
+    try {
+      this.deps.store.put(stamp ? { ...record, nftGeneration: stamp.nftGeneration } : record);
+    } catch (err) {
+      throw new StateWriteError(`cannot record the pod in ${this.deps.store.dir}: ${(err as Error).message}`, wasStored, { cause: err });
+    }
+  }
+
+  /**
+   * A pod enrolled but not recorded must not stay enrolled (a restart would forget it): take it
+   * back out of ztunnel and its netns, unless an earlier ADD recorded it.
+   */
+  async #undoAdd(uid: string, err: StateWriteError): Promise<void> {
+    if (err.wasStored) return;
+    await this.#queue.run(uid, async () => {
+      const netns = this.deps.registry.netnsOf(uid);
+      if (netns && !netns.closed) await this.deps.rules.remove(netns).catch(() => undefined);
+      await this.deps.registry.delete(uid).catch(() => undefined);
+    });
   }
 
   /** `work`'s outcome, or after addAnswerMs an error naming what it still waits for (it carries on). */
@@ -161,7 +185,7 @@ export class PodEnroller {
 
   /** Finds the UID of a pod by namespace and name (Istio's plugin does not send UIDs). */
   uidOf(namespace: string, name: string): string | undefined {
-    return this.deps.store.list().find((p) => p.namespace === namespace && p.name === name)?.uid;
+    return this.deps.store.uidByName(namespace, name);
   }
 
   /**
