@@ -20,6 +20,7 @@ export class NftablesInpodRules implements InpodRuleManager {
   readonly backend = 'nftables' as const;
   readonly #canonical: CanonicalListings;
   readonly #batches: NftBatches;
+  readonly #transactions = new Map<string, { script: string; tables: string[] }>();
   /** Applies whose batch the kernel refused (the text was applied instead). */
   batchFallbacks = 0;
 
@@ -34,12 +35,19 @@ export class NftablesInpodRules implements InpodRuleManager {
 
   /** The exact transaction text apply sends (what `nft -f` would read). */
   script(overrides: PodOverrides): string {
-    return renderInpodNftables(buildInpodModel(this.settings, overrides));
+    return this.#transaction(overrides).script;
   }
 
+  /** Rendered once per distinct overrides (the settings are fixed): no model or text per pod. */
   #transaction(overrides: PodOverrides): { script: string; tables: string[] } {
-    const model = buildInpodModel(this.settings, overrides);
-    return { script: renderInpodNftables(model), tables: inpodNftTables(model) };
+    const key = overridesKey(overrides);
+    let tx = this.#transactions.get(key);
+    if (!tx) {
+      const model = buildInpodModel(this.settings, overrides);
+      tx = { script: renderInpodNftables(model), tables: inpodNftTables(model) };
+      this.#transactions.set(key, tx);
+    }
+    return tx;
   }
 
   /** Compiles the batch for these overrides now, so the next apply sends it. */
@@ -107,4 +115,9 @@ export class NftablesInpodRules implements InpodRuleManager {
  */
 function stampOf(before: number, after: number): RulesStamp | undefined {
   return after === ((before + 1) >>> 0) ? { nftGeneration: after } : undefined;
+}
+
+/** Everything of the overrides that the model reads, as one string. */
+function overridesKey(o: PodOverrides): string {
+  return JSON.stringify([o.ingressMode, o.dnsProxy, o.virtualInterfaces]);
 }
