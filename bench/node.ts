@@ -41,7 +41,9 @@ import { type BenchNetns, elapsedMs, execTool, NetnsPool, summarize, timeMs, use
 const DEFAULT_PODS = 200;
 const ROUND_MAX = 200; // the demo's /24 has ~250 addresses
 const BURST = 110;
-const TARGETS = { agentP50Ms: 1.5, ratio: 10, burstS: 0.25, restartS: 0.3, rssMb: 90 };
+/** istio/istio#56888: a node of this size whose ADDs time out with Istio's agent. */
+const BIG_NODE = 330;
+const TARGETS = { agentP50Ms: 1.5, ratio: 10, burstS: 0.25, restartS: 0.3, rssMb: 90, burst330S: 0.8, restart330S: 0.6, rss330Mb: 100 };
 
 function readPods(): number {
   const raw = process.env['BENCH_PODS'];
@@ -88,6 +90,8 @@ interface Results {
   with110?: Footprint;
   afterRestart?: Footprint;
   pluginBytes?: number;
+  /** The 330-pod node: burst of our entry alone, footprint, restart. */
+  big?: { burst?: BurstResult; footprint?: Footprint; restart?: { totalMs: number; readyMs: number; snapshotMs: number; pods: number } };
   baseline: { iptExec: number[]; nftExec: number[]; inProcess: number[]; istioIpt: number[]; istioNft: number[] };
   /** The native peer's own add -> ack time, per onboarding pod. */
   peerAck: number[];
@@ -122,9 +126,9 @@ async function onboarding(r: Results, pods: BenchPods, metricsPort: number | und
   r.peerAck.push(...peer.addAckMs.slice(acksBefore));
 }
 
-async function burst(peer: NativeZdsPeer, pods: BenchPods, metricsPort: number | undefined, only: 'chain' | 'istio-cni'): Promise<BurstResult> {
+async function burst(peer: NativeZdsPeer, pods: BenchPods, metricsPort: number | undefined, only: 'chain' | 'istio-cni', count = BURST): Promise<BurstResult> {
   const prepared: BenchPod[] = [];
-  for (let i = 0; i < BURST; i++) prepared.push(await pods.prepare());
+  for (let i = 0; i < count; i++) prepared.push(await pods.prepare());
   const runningBefore = runningBenchPods(peer);
   const before = metricsPort !== undefined ? await scrapeOnboarding(metricsPort) : undefined;
   const out = await pods.addConcurrently(prepared, only);
@@ -132,14 +136,14 @@ async function burst(peer: NativeZdsPeer, pods: BenchPods, metricsPort: number |
   const perPod = out.results.flatMap((x) => ('ms' in x ? [x.ms] : []));
   const failed = out.results.flatMap((x) => ('error' in x ? [x.error] : []));
   if (failed.length > 0) {
-    throw new Error(`${failed.length}/${BURST} concurrent ADDs failed after ${wallMs.toFixed(0)} ms (${perPod.length} ok); first: ${failed[0]}`);
+    throw new Error(`${failed.length}/${count} concurrent ADDs failed after ${wallMs.toFixed(0)} ms (${perPod.length} ok); first: ${failed[0]}`);
   }
   const after = metricsPort !== undefined ? await scrapeOnboarding(metricsPort) : undefined;
   const agentP50Ms = before && after ? histogramQuantileMs(before, after, 0.5) : NaN;
   const agentP99Ms = before && after ? histogramQuantileMs(before, after, 0.99) : NaN;
   const agentMeanMs = before && after ? ((after.sum - before.sum) / Math.max(after.count - before.count, 1)) * 1000 : NaN;
   const standInPods = runningBenchPods(peer) - runningBefore;
-  process.stderr.write(`  burst (${only}): ${BURST} ADDs in ${wallMs.toFixed(1)} ms; stand-in runs ${standInPods} more bench pods\n`);
+  process.stderr.write(`  burst (${only}): ${count} ADDs in ${wallMs.toFixed(1)} ms; stand-in runs ${standInPods} more bench pods\n`);
   return { wallMs, slowestMs: Math.max(...perPod), perPod, agentP50Ms, agentP99Ms, agentMeanMs, standInPods };
 }
 
@@ -304,6 +308,10 @@ function report(r: Results): { markdown: string; last: string[] } {
   const burstChainS = r.burst ? r.burst.wallMs / 1000 : undefined;
   const restartS = r.restart && Number.isFinite(r.restart.totalMs) ? r.restart.totalMs / 1000 : undefined;
   const rss110 = r.with110?.rssMb;
+  const burst330S = r.big?.burst ? r.big.burst.wallMs / 1000 : undefined;
+  const restart330S = r.big?.restart && Number.isFinite(r.big.restart.totalMs) ? r.big.restart.totalMs / 1000 : undefined;
+  const rss330 = r.big?.footprint?.rssMb;
+  const fds330 = r.big?.footprint?.fds;
   const sequences = r.istioInputs
     ? [
         ``,
@@ -354,6 +362,9 @@ function report(r: Results): { markdown: string; last: string[] } {
     `| agent RSS / fds idle (no pods) | ${f(r.idle?.rssMb, 1)} MB / ${r.idle?.fds ?? 'n/a'} |`,
     `| agent RSS / fds with ${BURST} pods | ${f(r.with110?.rssMb, 1)} MB / ${r.with110?.fds ?? 'n/a'} |`,
     `| agent RSS / fds after restart with ${BURST} pods | ${f(r.afterRestart?.rssMb, 1)} MB / ${r.afterRestart?.fds ?? 'n/a'} |`,
+    ...burstRows(`node of ${BIG_NODE} pods: burst (istio-cni entry alone)`, r.big?.burst, BIG_NODE),
+    `| node of ${BIG_NODE} pods: agent RSS / fds | ${f(r.big?.footprint?.rssMb, 1)} MB / ${r.big?.footprint?.fds ?? 'n/a'} |`,
+    `| node of ${BIG_NODE} pods: restart (SIGKILL) -> full snapshot and /readyz | ${f(r.big?.restart?.totalMs, 1)} ms |`,
     `| plugin binary (build/Release/istio-cni) | ${r.pluginBytes !== undefined ? `${(r.pluginBytes / 2 ** 20).toFixed(2)} MiB` : 'n/a'} |`,
     ``,
     `## Targets`,
@@ -365,6 +376,10 @@ function report(r: Results): { markdown: string; last: string[] } {
     `| burst ${BURST}, istio-cni entry alone <= ${TARGETS.burstS} s | ${f(burstOursS)} s | ${met(burstOursS !== undefined ? burstOursS <= TARGETS.burstS : undefined)} |`,
     `| restart <= ${TARGETS.restartS} s | ${f(restartS)} s | ${met(restartS !== undefined ? restartS <= TARGETS.restartS : undefined)} |`,
     `| RSS <= ${TARGETS.rssMb} MB (110 pods) | ${f(rss110, 1)} MB | ${met(rss110 !== undefined ? rss110 <= TARGETS.rssMb : undefined)} |`,
+    `| ${BIG_NODE} pods: burst <= ${TARGETS.burst330S} s | ${f(burst330S)} s | ${met(burst330S !== undefined ? burst330S <= TARGETS.burst330S : undefined)} |`,
+    `| ${BIG_NODE} pods: restart <= ${TARGETS.restart330S} s | ${f(restart330S)} s | ${met(restart330S !== undefined ? restart330S <= TARGETS.restart330S : undefined)} |`,
+    `| ${BIG_NODE} pods: RSS <= ${TARGETS.rss330Mb} MB | ${f(rss330, 1)} MB | ${met(rss330 !== undefined ? rss330 <= TARGETS.rss330Mb : undefined)} |`,
+    `| ${BIG_NODE} pods: fds <= 2 per pod + a constant | ${fds330 ?? 'n/a'} fds (idle ${r.idle?.fds ?? 'n/a'}; ${fds330 !== undefined && r.idle ? ((fds330 - r.idle.fds) / BIG_NODE).toFixed(2) : 'n/a'} per pod) | ${met(fds330 !== undefined && r.idle ? (fds330 - r.idle.fds) / BIG_NODE <= 2 : undefined)} |`,
     ``,
     `## Method`,
     ``,
@@ -382,6 +397,9 @@ function report(r: Results): { markdown: string; last: string[] } {
     `burst110_s=${burstOursS !== undefined ? burstOursS.toFixed(3) : 'n/a'}`,
     `restart110_s=${restartS !== undefined ? restartS.toFixed(3) : 'n/a'}`,
     `rss110_mb=${rss110 !== undefined ? rss110.toFixed(1) : 'n/a'}`,
+    `burst330_s=${burst330S !== undefined ? burst330S.toFixed(3) : 'n/a'}`,
+    `restart330_s=${restart330S !== undefined ? restart330S.toFixed(3) : 'n/a'}`,
+    `rss330_mb=${rss330 !== undefined ? rss330.toFixed(1) : 'n/a'}`,
   ];
   if (burstChainS !== undefined) r.notes.push(`full-chain burst (information): ${burstChainS.toFixed(3)} s`);
   return { markdown: lines.join('\n'), last };
@@ -401,10 +419,10 @@ function earlierLines(): string[] {
   return out;
 }
 
-function burstRows(label: string, b: BurstResult | undefined): string[] {
+function burstRows(label: string, b: BurstResult | undefined, count = BURST): string[] {
   const pods = b ? summarize(b.perPod) : undefined;
   return [
-    `| ${label}: ${BURST} concurrent ADDs, until all returned | ${f(b?.wallMs, 1)} ms |`,
+    `| ${label}: ${count} concurrent ADDs, until all returned | ${f(b?.wallMs, 1)} ms |`,
     `| ${label}: slowest pod ADD; pod ADD p50 / p99 | ${f(b?.slowestMs, 1)}; ${f(pods?.p50, 1)} / ${f(pods?.p99, 1)} ms |`,
     `| ${label}: agent share p50 / p99 (histogram buckets, interpolated) / mean | ${b ? `${f(b.agentP50Ms, 2)} / ${f(b.agentP99Ms, 2)} / ${f(b.agentMeanMs, 2)}` : 'n/a'} ms |`,
     `| ${label}: pods newly running in the stand-in | ${b?.standInPods ?? 'n/a'} |`,
@@ -524,6 +542,19 @@ async function main(): Promise<void> {
       if (newPid !== undefined) r.afterRestart = footprint(newPid);
     }
     await bp.removeAll();
+    await phase(`node of ${BIG_NODE} pods`, async () => {
+      const big: NonNullable<Results['big']> = {};
+      r.big = big;
+      big.burst = await burst(zdsPeer, bp, metricsPort, 'istio-cni', BIG_NODE);
+      if (big.burst.standInPods < BIG_NODE) throw new Error(`only ${big.burst.standInPods}/${BIG_NODE} pods reached the ZDS peer`);
+      const bigPid = env.agentPid;
+      if (bigPid !== undefined) big.footprint = footprint(bigPid);
+      const saved = r.restart;
+      await restart(r, env, zdsPeer);
+      big.restart = r.restart;
+      r.restart = saved;
+      await bp.removeAll();
+    }, 'big');
     await phase('baseline', () => baseline(r, env, pool, Math.min(r.pods, 200)));
     if (only) r.notes.push(`partial run: BENCH_PHASES=${[...only].join(',')}; bench/results not updated`);
     if (r.pods < DEFAULT_PODS) r.notes.push(`smoke run: BENCH_PODS=${r.pods} (the issue asks for ${DEFAULT_PODS})`);
