@@ -82,10 +82,24 @@ const L = {
   batchOnly: 'addon.run([nftBatch]) (prebuilt batch, one sendmsg)',
   nftOnly: 'addon.run([nft]) (libnftables text, the fallback)',
   routeOnly: 'addon.run([routing]) (one rtnetlink sendmsg)',
+  batchUser: '  nftBatch: user CPU (all threads, process.cpuUsage)',
+  batchSys: '  nftBatch: kernel CPU (all threads, process.cpuUsage)',
+  textUser: '  nft text: user CPU (parse + evaluate in libnftables)',
+  textSys: '  nft text: kernel CPU',
+  routeUser: '  routing: user CPU',
+  routeSys: '  routing: kernel CPU',
 } as const;
 
 const MAIN_ROWS = [L.inProcess, L.istioIpt, L.istioNft, L.iptRestore, L.nftExec, L.iptBackend];
-const DETAIL_ROWS = [L.openClose, L.hop, L.batchOnly, L.nftOnly, L.routeOnly];
+const DETAIL_ROWS = [L.openClose, L.hop, L.batchOnly, L.batchUser, L.batchSys, L.nftOnly, L.textUser, L.textSys, L.routeOnly, L.routeUser, L.routeSys];
+
+/** Wall time and the process's user/kernel CPU time of one awaited call (the JS thread only waits meanwhile). */
+async function cpuTimed(work: () => Promise<unknown>): Promise<{ ms: number; userMs: number; sysMs: number }> {
+  const before = process.cpuUsage();
+  const ms = await timeMs(work);
+  const used = process.cpuUsage(before);
+  return { ms, userMs: used.user / 1000, sysMs: used.system / 1000 };
+}
 
 function readConfig(): Config {
   const raw = process.env['BENCH_PODS'];
@@ -159,9 +173,13 @@ async function breakdown(ctx: Ctx, ns: BenchNetns): Promise<Sample[]> {
   const handle = ctx.addon.openNetns(ns.path);
   try {
     const hop = await timeMs(() => ctx.addon.run(handle, []));
-    const batch = await timeMs(() => ctx.addon.run(handle, [{ op: 'nftBatch', batch: ctx.batch, script: ctx.script }]));
-    const routing = await timeMs(() => ctx.addon.run(handle, routingApplySteps(ctx.ipv6)));
-    return [[L.openClose, openClose], [L.hop, hop], [L.batchOnly, batch], [L.routeOnly, routing]];
+    const batch = await cpuTimed(() => ctx.addon.run(handle, [{ op: 'nftBatch', batch: ctx.batch, script: ctx.script }]));
+    const routing = await cpuTimed(() => ctx.addon.run(handle, routingApplySteps(ctx.ipv6)));
+    return [
+      [L.openClose, openClose], [L.hop, hop],
+      [L.batchOnly, batch.ms], [L.batchUser, batch.userMs], [L.batchSys, batch.sysMs],
+      [L.routeOnly, routing.ms], [L.routeUser, routing.userMs], [L.routeSys, routing.sysMs],
+    ];
   } finally {
     handle.close();
   }
@@ -171,9 +189,9 @@ async function breakdown(ctx: Ctx, ns: BenchNetns): Promise<Sample[]> {
 async function textOnly(ctx: Ctx, ns: BenchNetns): Promise<Sample[]> {
   const handle = ctx.addon.openNetns(ns.path);
   try {
-    const nft = await timeMs(() => ctx.addon.run(handle, [{ op: 'nft', script: ctx.script }]));
+    const nft = await cpuTimed(() => ctx.addon.run(handle, [{ op: 'nft', script: ctx.script }]));
     await ctx.addon.run(handle, routingApplySteps(ctx.ipv6));
-    return [[L.nftOnly, nft]];
+    return [[L.nftOnly, nft.ms], [L.textUser, nft.userMs], [L.textSys, nft.sysMs]];
   } finally {
     handle.close();
   }
