@@ -545,16 +545,19 @@ async function main(): Promise<void> {
     await phase(`node of ${BIG_NODE} pods`, async () => {
       const big: NonNullable<Results['big']> = {};
       r.big = big;
-      // The agent restarted above (a new metrics port): this burst is timed from the driver only.
-      big.burst = await burst(zdsPeer, bp, undefined, 'istio-cni', BIG_NODE);
-      if (big.burst.standInPods < BIG_NODE) throw new Error(`only ${big.burst.standInPods}/${BIG_NODE} pods reached the ZDS peer`);
-      const bigPid = env.agentPid;
-      if (bigPid !== undefined) big.footprint = footprint(bigPid);
-      const saved = r.restart;
-      await restart(r, env, zdsPeer);
-      big.restart = r.restart;
-      r.restart = saved;
-      await bp.removeAll();
+      try {
+        // The agent restarted above (a new metrics port): this burst is timed from the driver only.
+        big.burst = await burst(zdsPeer, bp, undefined, 'istio-cni', BIG_NODE);
+        if (big.burst.standInPods < BIG_NODE) throw new Error(`only ${big.burst.standInPods}/${BIG_NODE} pods reached the ZDS peer`);
+        const bigPid = env.agentPid;
+        if (bigPid !== undefined) big.footprint = footprint(bigPid);
+        const saved = r.restart;
+        await restart(r, env, zdsPeer);
+        big.restart = r.restart;
+        r.restart = saved;
+      } finally {
+        await bp.removeAll();
+      }
     }, 'big');
     await phase('baseline', () => baseline(r, env, pool, Math.min(r.pods, 200)));
     if (only) r.notes.push(`partial run: BENCH_PHASES=${[...only].join(',')}; bench/results not updated`);

@@ -515,26 +515,29 @@ async function main(): Promise<void> {
   try {
     const addon = new NativeNetAddon();
     useAddonSpawner(addon);
+    const printed: string[] = [];
     for (const ipv6 of cfg.ipv6) {
       const ctx = await makeCtx(addon, ipv6);
       const measurement = await measure(cfg, ctx, pool);
       const { lines, ratios: r } = report(cfg, ctx, pool, measurement);
+      printed.push(...lines, '');
       console.log(lines.join('\n'));
       console.log('');
       results.push({ ipv6, ratios: r });
     }
-    console.log(`leftover namespaces ${pool.prefix}* before exit: ${pool.leftovers().length}`);
-    writeRulesResult(results);
-    console.log(targetLines(results).join('\n')); // the rules_* lines stay last
+    printed.push(`leftover namespaces ${pool.prefix}* before exit: ${pool.leftovers().length}`, ...targetLines(results));
+    console.log(printed.slice(printed.length - targetLines(results).length - 1).join('\n')); // the rules_* lines stay last
+    writeRulesResult(results, printed);
   } finally {
     pool.destroyAll();
   }
 }
 
 /** Kept for bench:node, which repeats every target line at the very end of `npm run bench`. */
-function writeRulesResult(results: Array<{ ipv6: boolean; ratios: Ratios }>): void {
+function writeRulesResult(results: Array<{ ipv6: boolean; ratios: Ratios }>, printed: string[]): void {
   const dir = join(projectRoot(), 'bench', 'results');
   mkdirSync(dir, { recursive: true });
+  if (process.env['BENCH_PODS'] === undefined) writeFileSync(join(dir, 'rules-latest.txt'), `${printed.join('\n')}\n`);
   writeFileSync(join(dir, 'rules-latest.json'), `${JSON.stringify({ at: new Date().toISOString(), lines: targetLines(results).filter((l) => /^[a-z0-9_]+=/.test(l)) }, null, 2)}\n`);
 }
 
