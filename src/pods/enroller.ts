@@ -51,6 +51,8 @@ export const ADD_ANSWER_MS = 4_000;
 interface AddProgress {
   stage: 'queued' | 'enrolling';
   rulesApplied: boolean;
+  /** Records the pod now (once the rules are in); false when it could not. */
+  persist?: () => boolean;
 }
 
 const RESTORE_CONCURRENCY = 8;
@@ -96,12 +98,40 @@ export class PodEnroller {
       if (this.isExcluded(pod.namespace)) return log.info('namespace excluded; not enrolling');
       const netns = this.#open(pod.netnsPath);
       const wasStored = this.deps.store.get(pod.uid) !== undefined;
-      const deps = { ...this.deps, onRulesApplied: () => void (progress.rulesApplied = true) };
-      // RuleApplyError: nothing of this ADD stays (onboardPod took a new pod back out of ztunnel).
-      const { rulesMs, zdsMs, stamp } = await onboardPod(deps, this.#identity(pod), netns, NO_OVERRIDES);
+      let persisted = false;
+      const persist = (stamp: RulesStamp | undefined): void => {
+        if (persisted) return;
+        this.#persist(pod, netns, stamp, wasStored);
+        persisted = true;
+      };
+      let applied: { stamp: RulesStamp | undefined } | undefined;
+      const onRulesApplied = (stamp: RulesStamp | undefined): void => {
+        progress.rulesApplied = true;
+        applied = { stamp };
+        // An ADD answered before ztunnel acked (see #answerWithin) records the pod right then.
+        progress.persist = () => {
+          try {
+            persist(stamp);
+            return true;
+          } catch {
+            return false;
+          }
+        };
+      };
+      let result: Awaited<ReturnType<typeof onboardPod>>;
+      try {
+        // RuleApplyError: nothing of this ADD stays (onboardPod took a new pod back out of ztunnel).
+        result = await onboardPod({ ...this.deps, onRulesApplied }, this.#identity(pod), netns, NO_OVERRIDES);
+      } catch (err) {
+        // ztunnel failed after the rules went in: the pod stays registered for ztunnel's next
+        // snapshot, so it is recorded (a restart must know it too), and the ADD fails.
+        if (applied) persist(applied.stamp);
+        throw err;
+      }
+      const { rulesMs, zdsMs, stamp } = result;
       // One write per ADD, with the rules' stamp, before the ADD is answered: an answered ADD is
       // always on disk. A crash before this point fails the ADD, and the runtime retries it.
-      this.#persist(pod, netns, stamp, wasStored);
+      persist(stamp);
       log.info({ rulesMs, zdsMs, netnsIno: netns.ino }, 'pod enrolled');
     }).catch(async (err: unknown) => {
       if (err instanceof StateWriteError) await this.#undoAdd(pod.uid, err);
@@ -146,6 +176,8 @@ export class PodEnroller {
             : progress.rulesApplied
               ? 'ztunnel has not acknowledged it (its in-pod rules are in place; the pod stays registered and goes to ztunnel with its next snapshot)'
               : 'its in-pod rules are not applied yet';
+        // The pod stays registered for ztunnel's next snapshot: a restart must know it too.
+        if (progress.rulesApplied && progress.persist?.() === false) log().warn('could not record the pod before answering the ADD');
         const err = new Error(`pod ${pod.namespace}/${pod.name} not enrolled within ${ms} ms: ${pending}`);
         log().warn({ err: err.message }, 'answering the ADD before the plugin gives up; the enrolment carries on');
         return err;

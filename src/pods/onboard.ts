@@ -21,8 +21,11 @@ export interface OnboardResult {
 export interface OnboardDeps {
   rules: InpodRuleManager;
   registry: PodRegistry;
-  /** Called as soon as the rules are in (a slow ztunnel can then be reported as the hold-up). */
-  onRulesApplied?: () => void;
+  /**
+   * Called as soon as the rules are in, with their stamp (a slow ztunnel can then be reported as
+   * the hold-up, and a ztunnel failure still leaves a pod worth recording).
+   */
+  onRulesApplied?: (stamp: RulesStamp | undefined) => void;
 }
 
 const msSince = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e6;
@@ -42,7 +45,7 @@ export async function onboardPod(deps: OnboardDeps, pod: PodIdentity, netns: Net
   // ztunnel's half is the longer one (it enters the netns and binds four listeners): send first.
   const announced = deps.registry.announce(pod.uid).then(() => msSince(start));
   const applied = deps.rules.apply(handle, overrides).then((stamp) => {
-    deps.onRulesApplied?.();
+    deps.onRulesApplied?.(stamp);
     return { ms: msSince(start), stamp };
   });
   const [rules, zds] = await Promise.allSettled([applied, announced]);

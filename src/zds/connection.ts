@@ -34,8 +34,18 @@ export type AckObserver = (request: string, seconds: number, ok: boolean) => voi
 interface Expectation {
   resolve(data: Buffer): void;
   reject(err: Error): void;
-  timer: NodeJS.Timeout;
+  timeoutMs: number;
+  what: string;
+  /** Armed when the expectation reaches the head of the queue (its ack is the next one due). */
+  timer?: NodeJS.Timeout;
 }
+
+/**
+ * Requests sent ahead of their acks. ztunnel reads one datagram at a time and acks each in order,
+ * so more than one may wait in the socket; the agent need not wake up between them (a snapshot of
+ * 330 pods is then ztunnel's work, not 330 round trips). Bounded, so the fds in flight stay few.
+ */
+const MAX_IN_FLIGHT = 32;
 
 let nextConnectionId = 1;
 
@@ -44,7 +54,11 @@ export class ZdsConnection {
   readonly connectedAt = new Date();
   #state: ConnectionState = 'hello';
   #snapshotSent = false;
-  #expect: Expectation | undefined;
+  /** Acks due, oldest first: acks are matched by order. */
+  readonly #expects: Expectation[] = [];
+  #slotWaiters: Array<() => void> = [];
+  /** The sends happen in request order: each waits for the previous one to be written. */
+  #sendTail: Promise<unknown> = Promise.resolve();
   #tail: Promise<unknown>;
   /** Requests queued or in flight (after the snapshot). */
   #queued = 0;
@@ -86,11 +100,14 @@ export class ZdsConnection {
       this.helloVersion = decodeHello(await this.#next(this.timeouts.helloMs, 'hello')).version;
       this.#state = 'snapshot';
       const entries = snapshot().filter((e) => !e.netns?.closed);
-      for (const entry of entries) {
-        const error = await this.#exchange(snapshotRequest(entry), entry.netns);
-        if (error) this.log.warn({ conn: this.id, uid: entry.uid, ztunnelError: error }, 'ztunnel rejected a snapshot entry');
+      const answers = entries.map((entry) => this.#exchange(snapshotRequest(entry), entry.netns));
+      const done = this.#exchange({ snapshotSent: {} });
+      for (const pending of [...answers, done]) pending.catch(() => {}); // the first failure is thrown below
+      for (const [i, answer] of answers.entries()) {
+        const error = await answer;
+        if (error) this.log.warn({ conn: this.id, uid: entries[i]!.uid, ztunnelError: error }, 'ztunnel rejected a snapshot entry');
       }
-      await this.#exchange({ snapshotSent: {} });
+      await done;
       this.#state = 'ready';
       this.log.info({ conn: this.id, pods: entries.length, helloVersion: this.helloVersion }, 'ztunnel snapshot sent');
       this.#markReady();
@@ -100,14 +117,16 @@ export class ZdsConnection {
     }
   }
 
-  /** Sends one request after everything queued before it; resolves with ztunnel's ack error text ('' = ok). */
+  /**
+   * Sends one request after everything queued before it (its ack may still be due); resolves with
+   * ztunnel's ack error text ('' = ok).
+   */
   request(req: WorkloadRequest, netns?: FdSource): Promise<string> {
     // Nothing queued after the snapshot: send now, in this tick (a pod's ADD should not wait for a
     // microtask behind the rule install it runs alongside). Otherwise queue behind the others.
     const direct = this.#state === 'ready' && this.#queued === 0;
     this.#queued++;
     const run = (direct ? this.#exchange(req, netns) : this.#tail.then(() => this.#exchange(req, netns))).finally(() => this.#queued--);
-    this.#tail = run.catch(() => {});
     return run;
   }
 
@@ -118,12 +137,11 @@ export class ZdsConnection {
     this.socket.close();
     const err = new ZdsError('ZDS_CONNECTION_CLOSED', `ztunnel connection ${this.id} closed: ${reason}`, true);
     this.#failReady(err);
-    const pending = this.#expect;
-    this.#expect = undefined;
-    if (pending) {
+    for (const pending of this.#expects.splice(0)) {
       clearTimeout(pending.timer);
       pending.reject(err);
     }
+    for (const wake of this.#slotWaiters.splice(0)) wake();
     this.log.info({ conn: this.id, reason }, 'ztunnel connection closed');
     this.onClose(this, reason);
   }
@@ -142,7 +160,21 @@ export class ZdsConnection {
     if (kind === 'snapshotSent' && this.#snapshotSent) fail('refusing to send a second snapshot_sent (ztunnel exits on it)');
   }
 
-  async #exchange(req: WorkloadRequest, netns?: FdSource): Promise<string> {
+  /**
+   * Writes the request (in request order, behind earlier writes) and resolves with ztunnel's ack
+   * text. The write of the next request does not wait for this one's ack.
+   */
+  #exchange(req: WorkloadRequest, netns?: FdSource): Promise<string> {
+    const written = this.#sendTail.then(() => this.#write(req, netns));
+    this.#sendTail = written.catch(() => {});
+    if (this.#state === 'ready') this.#tail = this.#sendTail; // public requests queue behind this write only
+    return written.then(({ ack, started }) => this.#answer(req, ack, started));
+  }
+
+  async #write(req: WorkloadRequest, netns: FdSource | undefined): Promise<{ ack: Promise<Buffer>; started: bigint }> {
+    while (this.#expects.length >= MAX_IN_FLIGHT && this.#state !== 'closed') {
+      await new Promise<void>((resolve) => this.#slotWaiters.push(resolve));
+    }
     if (this.#state === 'closed') throw new ZdsError('ZDS_CONNECTION_CLOSED', `ztunnel connection ${this.id} is closed: ${this.#closeReason}`, true);
     this.#check(req, netns);
     const bytes = encodeRequest(req);
@@ -156,7 +188,10 @@ export class ZdsConnection {
       throw new ZdsError('ZDS_WRITE_TIMEOUT', `sending ${requestKind(req)} to ztunnel failed: ${(err as Error).message}`, true, { cause: err });
     }
     this.requestsSent++;
-    const started = process.hrtime.bigint();
+    return { ack, started: process.hrtime.bigint() };
+  }
+
+  async #answer(req: WorkloadRequest, ack: Promise<Buffer>, started: bigint): Promise<string> {
     const reply = await ack.catch((err: unknown) => {
       this.onAck(requestKind(req), Number(process.hrtime.bigint() - started) / 1e9, false);
       throw err;
@@ -180,15 +215,22 @@ export class ZdsConnection {
 
   #next(timeoutMs: number, what: string): Promise<Buffer> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.#expect = undefined;
-        const err = new ZdsError('ZDS_ACK_TIMEOUT', `no ${what} from ztunnel within ${timeoutMs} ms`, true);
-        reject(err);
-        // Acks are matched by order: a late one would answer the next request. Start over instead.
-        this.close(err.message);
-      }, timeoutMs);
-      this.#expect = { resolve, reject, timer };
+      this.#expects.push({ resolve, reject, timeoutMs, what });
+      if (this.#expects.length === 1) this.#armHead();
     });
+  }
+
+  /** The deadline runs for the ack that is due next only (ztunnel answers one at a time). */
+  #armHead(): void {
+    const head = this.#expects[0];
+    if (!head || head.timer) return;
+    head.timer = setTimeout(() => {
+      const err = new ZdsError('ZDS_ACK_TIMEOUT', `no ${head.what} from ztunnel within ${head.timeoutMs} ms`, true);
+      this.#expects.shift();
+      head.reject(err);
+      // Acks are matched by order: a late one would answer the next request. Start over instead.
+      this.close(err.message);
+    }, head.timeoutMs);
   }
 
   #onDatagram(d: Datagram): void {
@@ -196,10 +238,11 @@ export class ZdsConnection {
     if (d.eof) return this.close('ztunnel closed the connection');
     if (d.truncated || d.controlTruncated) return this.close('protocol error: oversized datagram from ztunnel');
     if (d.fds.length > 0) return this.close('protocol error: ztunnel sent file descriptors');
-    const expect = this.#expect;
+    const expect = this.#expects.shift();
     if (!expect) return this.close('protocol error: unsolicited datagram from ztunnel');
-    this.#expect = undefined;
     clearTimeout(expect.timer);
+    this.#armHead();
+    this.#slotWaiters.shift()?.();
     expect.resolve(d.data);
   }
 }
