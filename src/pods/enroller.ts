@@ -94,8 +94,8 @@ export class PodEnroller {
     const progress: AddProgress = { stage: 'queued', rulesApplied: false };
     const work = this.#queue.run(pod.uid, async () => {
       progress.stage = 'enrolling';
-      const log = this.#log.child({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid });
-      if (this.isExcluded(pod.namespace)) return log.info('namespace excluded; not enrolling');
+      const where = { pod: `${pod.namespace}/${pod.name}`, uid: pod.uid };
+      if (this.isExcluded(pod.namespace)) return this.#log.info(where, 'namespace excluded; not enrolling');
       const netns = this.#open(pod.netnsPath);
       const wasStored = this.deps.store.get(pod.uid) !== undefined;
       let persisted = false;
@@ -132,7 +132,9 @@ export class PodEnroller {
       // One write per ADD, with the rules' stamp, before the ADD is answered: an answered ADD is
       // always on disk. A crash before this point fails the ADD, and the runtime retries it.
       persist(stamp);
-      log.info({ rulesMs, zdsMs, netnsIno: netns.ino }, 'pod enrolled');
+      // Logged once the ADD is answered (the answer goes out in this turn's microtasks): a write
+      // to stdout wakes whoever reads it, and the pod need not wait for that.
+      setImmediate(() => this.#log.info({ ...where, rulesMs, zdsMs, netnsIno: netns.ino }, 'pod enrolled'));
     }).catch(async (err: unknown) => {
       if (err instanceof StateWriteError) await this.#undoAdd(pod.uid, err);
       throw err;

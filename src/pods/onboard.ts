@@ -42,12 +42,14 @@ export async function onboardPod(deps: OnboardDeps, pod: PodIdentity, netns: Net
   const handle = deps.registry.register(pod, netns);
   if (!handle) throw new Error(`pod ${pod.uid}: no netns to enrol`);
   const start = process.hrtime.bigint();
-  // ztunnel's half is the longer one (it enters the netns and binds four listeners): send first.
-  const announced = deps.registry.announce(pod.uid).then(() => msSince(start));
+  // The rules' job goes to an addon thread first (a hand-off), then the ZDS add is written: the
+  // write wakes ztunnel, which may take this core at once, and the rules then already run on the
+  // other one.
   const applied = deps.rules.apply(handle, overrides).then((stamp) => {
     deps.onRulesApplied?.(stamp);
     return { ms: msSince(start), stamp };
   });
+  const announced = deps.registry.announce(pod.uid).then(() => msSince(start));
   const [rules, zds] = await Promise.allSettled([applied, announced]);
   if (rules.status === 'rejected') {
     if (!wasRegistered) await deps.registry.delete(pod.uid).catch(() => undefined);
