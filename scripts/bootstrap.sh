@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# libnftables-dev/libmnl-dev: the addon links them; nlohmann-json3-dev: the CNI plugin parses JSON;
+# libnftables-dev/libnftnl-dev/libmnl-dev: the addon links them (libnftnl: the prebuilt rule batches); nlohmann-json3-dev: the CNI plugin parses JSON;
 # containernetworking-plugins: bridge/host-local for the demo; nftables/iptables/iproute2: the tests use the
 # real binaries as independent witnesses; g++/make/python3: node-gyp.
 PACKAGES=(libnftables-dev libmnl-dev libnftnl-dev nlohmann-json3-dev nftables iptables iproute2 containernetworking-plugins g++ make python3)
