@@ -20,7 +20,8 @@
 namespace ana {
 namespace {
 
-constexpr size_t kBufSize = 65536;
+constexpr size_t kBufSize = 65536;    // dumps
+constexpr size_t kAckBufSize = 16384;  // batch answers
 constexpr size_t kMaxBatchBytes = 1 << 20;  // far above any in-pod ruleset (~6 KiB)
 constexpr uint16_t kNftMsg(int msg) { return static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | msg); }
 
@@ -174,29 +175,26 @@ bool CheckMessages(const std::vector<char>& messages, size_t* count, SysError* e
 }
 
 // Gives each message its sequence number and asks for an ack of the last one only: errors are
-// reported whatever the flags, so one ack tells that the whole batch went through.
+// reported whatever the flags, so one ack tells that the whole batch went through. The buffer is
+// exactly the batch (no page-sized scratch to clear per pod).
 std::vector<char> Frame(const std::vector<char>& messages, size_t count, uint32_t seq, uint32_t* last_seq) {
-  std::vector<char> buf(kBufSize + messages.size());
-  mnl_nlmsg_batch* batch = mnl_nlmsg_batch_start(buf.data(), buf.size());
-  nftnl_batch_begin(static_cast<char*>(mnl_nlmsg_batch_current(batch)), seq++);
-  mnl_nlmsg_batch_next(batch);
-  size_t off = 0;
-  for (size_t i = 0; i < count; i++) {
+  // BATCH_BEGIN and BATCH_END are a netlink header and an nfgenmsg each.
+  constexpr size_t kControl = NLMSG_ALIGN(sizeof(nlmsghdr) + sizeof(nfgenmsg));
+  std::vector<char> framed(messages.size() + 2 * kControl);
+  nftnl_batch_begin(framed.data(), seq++);
+  size_t at = kControl;
+  for (size_t i = 0, off = 0; i < count; i++) {
     auto* src = reinterpret_cast<const nlmsghdr*>(messages.data() + off);
     size_t len = NLMSG_ALIGN(src->nlmsg_len);
-    auto* dst = static_cast<nlmsghdr*>(mnl_nlmsg_batch_current(batch));
+    auto* dst = reinterpret_cast<nlmsghdr*>(framed.data() + at);
     memcpy(dst, src, len);
     dst->nlmsg_seq = seq++;
     dst->nlmsg_flags = static_cast<uint16_t>((dst->nlmsg_flags & ~NLM_F_ACK) | NLM_F_REQUEST | (i + 1 == count ? NLM_F_ACK : 0));
     *last_seq = dst->nlmsg_seq;
-    mnl_nlmsg_batch_next(batch);
+    at += len;
     off += len;
   }
-  nftnl_batch_end(static_cast<char*>(mnl_nlmsg_batch_current(batch)), seq++);
-  mnl_nlmsg_batch_next(batch);
-  std::vector<char> framed(static_cast<char*>(mnl_nlmsg_batch_head(batch)),
-                           static_cast<char*>(mnl_nlmsg_batch_head(batch)) + mnl_nlmsg_batch_size(batch));
-  mnl_nlmsg_batch_stop(batch);
+  nftnl_batch_end(framed.data() + at, seq++);
   return framed;
 }
 
@@ -214,15 +212,16 @@ const char* MessageName(uint16_t type) {
 // sends when it could not even queue errors). The first error names the refused message.
 bool ReadBatchAnswer(mnl_socket* sock, const std::vector<char>& framed, uint32_t first_seq, uint32_t last_seq,
                      NftBatchOutcome* outcome, SysError* err) {
-  std::vector<char> buf(kBufSize);
+  // Acks only (an error ack quotes the refused message): no dump-sized buffer, and not cleared.
+  std::unique_ptr<char[]> buf(new char[kAckBufSize]);
   for (;;) {
-    ssize_t n = mnl_socket_recvfrom(sock, buf.data(), buf.size());
+    ssize_t n = mnl_socket_recvfrom(sock, buf.get(), kAckBufSize);
     if (n < 0) {
       *err = SysError::FromErrno(errno, "recvfrom", "NETLINK_NETFILTER");
       return false;
     }
     int len = static_cast<int>(n);
-    for (auto* nlh = reinterpret_cast<const nlmsghdr*>(buf.data()); mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+    for (auto* nlh = reinterpret_cast<const nlmsghdr*>(buf.get()); mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
       if (nlh->nlmsg_type != NLMSG_ERROR) continue;
       auto* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
       if (e->error != 0 && !outcome->refused) {

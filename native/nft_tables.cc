@@ -117,8 +117,9 @@ bool NftGeneration(uint32_t* generation, SysError* err) {
 }
 
 bool ReadNftGeneration(mnl_socket* sock, uint32_t* generation, SysError* err) {
-  std::vector<char> buf(kBufSize);
-  nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
+  // The answer is one small NEWGEN message: a stack buffer, not a cleared 32 KiB one per call.
+  alignas(nlmsghdr) char buf[MNL_SOCKET_BUFFER_SIZE];
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
   nlh->nlmsg_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN;
   nlh->nlmsg_flags = NLM_F_REQUEST;
   nlh->nlmsg_seq = static_cast<uint32_t>(time(nullptr));
@@ -130,13 +131,13 @@ bool ReadNftGeneration(mnl_socket* sock, uint32_t* generation, SysError* err) {
     *err = SysError::FromErrno(errno, "sendto", "NETLINK_NETFILTER");
     return false;
   }
-  ssize_t n = mnl_socket_recvfrom(sock, buf.data(), buf.size());
+  ssize_t n = mnl_socket_recvfrom(sock, buf, sizeof(buf));
   if (n < 0) {
     *err = SysError::FromErrno(errno, "recvfrom", "NETLINK_NETFILTER");
     return false;
   }
   int len = static_cast<int>(n);
-  for (auto* m = reinterpret_cast<const nlmsghdr*>(buf.data()); mnl_nlmsg_ok(m, len); m = mnl_nlmsg_next(m, &len)) {
+  for (auto* m = reinterpret_cast<const nlmsghdr*>(buf); mnl_nlmsg_ok(m, len); m = mnl_nlmsg_next(m, &len)) {
     if (m->nlmsg_type == NLMSG_ERROR) {
       auto* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(m));
       *err = SysError::FromErrno(e->error ? -e->error : EPROTO, "nfnetlink", "NFT_MSG_GETGEN");

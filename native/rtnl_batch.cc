@@ -5,10 +5,13 @@
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
 
+#include <memory>
+
 namespace ana {
 namespace {
 
-constexpr size_t kRecvBufSize = 32768;
+constexpr size_t kRecvBufSize = 16384;  // acks only
+constexpr size_t kMessageRoom = 256;    // a rule or route request is under 100 bytes
 
 const char* ChangeName(RoutingChangeKind kind) {
   switch (kind) {
@@ -67,15 +70,15 @@ bool Rtnl::TransactBatch(const std::vector<nlmsghdr*>& messages, std::vector<int
     *err = SysError::FromErrno(errno, "sendmsg", "NETLINK_ROUTE");
     return false;
   }
-  std::vector<char> buf(kRecvBufSize);
+  std::unique_ptr<char[]> buf(new char[kRecvBufSize]);  // not cleared: only what recv wrote is read
   for (size_t acked = 0; acked < messages.size();) {
-    ssize_t n = mnl_socket_recvfrom(sock_, buf.data(), buf.size());
+    ssize_t n = mnl_socket_recvfrom(sock_, buf.get(), kRecvBufSize);
     if (n < 0) {
       *err = SysError::FromErrno(errno, "recvfrom", "NETLINK_ROUTE");
       return false;
     }
     int len = static_cast<int>(n);
-    for (auto* nlh = reinterpret_cast<const nlmsghdr*>(buf.data()); mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+    for (auto* nlh = reinterpret_cast<const nlmsghdr*>(buf.get()); mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
       if (nlh->nlmsg_type != NLMSG_ERROR || nlh->nlmsg_pid != port_id_) continue;
       auto* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
       uint32_t i = e->msg.nlmsg_seq - first;
@@ -90,7 +93,7 @@ bool Rtnl::TransactBatch(const std::vector<nlmsghdr*>& messages, std::vector<int
 bool ApplyRoutingBatch(Rtnl* rtnl, const std::vector<RoutingChange>& changes, std::vector<RoutingOutcome>* out,
                        SysError* err) {
   out->assign(changes.size(), RoutingOutcome{});
-  std::vector<std::vector<char>> storage;
+  std::vector<char> storage(changes.size() * kMessageRoom);
   std::vector<nlmsghdr*> messages;
   std::vector<size_t> sent;  // index into changes of each message
   for (size_t i = 0; i < changes.size(); i++) {
@@ -109,8 +112,7 @@ bool ApplyRoutingBatch(Rtnl* rtnl, const std::vector<RoutingChange>& changes, st
         continue;
       }
     }
-    storage.emplace_back(MNL_SOCKET_BUFFER_SIZE);
-    messages.push_back(Build(storage.back().data(), c, ifindex));
+    messages.push_back(Build(storage.data() + messages.size() * kMessageRoom, c, ifindex));
     sent.push_back(i);
   }
   std::vector<int> kernel_errnos;
