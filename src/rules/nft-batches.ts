@@ -9,13 +9,17 @@ import { NFT_FAMILY } from './constants.js';
 export class NftBatches {
   readonly #ready = new Map<string, Uint8Array>();
   readonly #pending = new Map<string, Promise<Uint8Array>>();
+  /** Scripts whose compile failed: peek() does not try again per pod (the text serves them). */
+  readonly #failed = new Set<string>();
 
   constructor(private readonly addon: NetAddon) {}
 
-  /** The batch for `script` if it is compiled already; otherwise starts compiling it. */
+  /** The batch for `script` if it is compiled already; otherwise starts compiling it (once). */
   peek(script: string, tables: readonly string[]): Uint8Array | undefined {
     const batch = this.#ready.get(script);
-    if (!batch) this.get(script, tables).catch(() => undefined); // the text path serves meanwhile
+    if (!batch && !this.#failed.has(script)) {
+      this.get(script, tables).catch(() => this.#failed.add(script)); // the text path serves meanwhile
+    }
     return batch;
   }
 

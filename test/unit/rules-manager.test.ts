@@ -73,6 +73,18 @@ describe('NftablesInpodRules', () => {
     expect(podRuns.map((r) => r.steps[0]!.op)).toEqual(['nftGeneration', 'nftBatch']);
   });
 
+  it('a compile that fails is not retried per pod: the text keeps serving', async () => {
+    const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    addon.failOn = (step) => (step.op === 'nftCompile' ? systemError('EPERM', -1, 'unshare', 'EPERM: Operation not permitted, unshare') : undefined);
+    for (let i = 0; i < 3; i++) {
+      await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    expect(addon.runs.filter((r) => r.target === 'fresh')).toHaveLength(1);
+    expect(addon.runs.filter((r) => r.target === POD).map((r) => r.steps[1]!.op)).toEqual(['nft', 'nft', 'nft']);
+    expect(pod.nftScripts).toHaveLength(3);
+  });
+
   it('verify with a stamp skips the listing while the generation is unchanged, and lists once it moved', async () => {
     const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
     const ns = addon.openNetns(POD);
