@@ -16,11 +16,11 @@
 ############################################################################################
 FROM node:24-bookworm AS build
 
-# libnftables-dev/libmnl-dev: the addon links them; nlohmann-json3-dev: the plugin parses JSON;
+# libnftables-dev/libnftnl-dev/libmnl-dev: the addon links them; nlohmann-json3-dev: the plugin parses JSON;
 # g++/make/python3: node-gyp (the plugin is linked -static, with libc6-dev's and g++'s archives).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libnftables-dev libmnl-dev nlohmann-json3-dev g++ make python3 \
+      libnftables-dev libnftnl-dev libmnl-dev nlohmann-json3-dev g++ make python3 \
  && rm -rf /var/lib/apt/lists/*
 
 # node-gyp compiles against the headers the official image ships under /usr/local/include/node
@@ -51,12 +51,12 @@ RUN npm run build \
 ############################################################################################
 FROM node:24-bookworm-slim AS rootfs
 
-# Runtime libraries only, no compiler: libnftables1/libmnl0 for the addon; nftables (nft),
+# Runtime libraries only, no compiler: libnftables1/libnftnl11/libmnl0 for the addon; nftables (nft),
 # iptables (iptables-restore/-save for the iptables backend, NATIVE_NFTABLES=false) and iproute2
 # (ip) for that backend and for looking at a node by hand (kubectl exec).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libnftables1 libmnl0 nftables iptables iproute2 \
+      libnftables1 libnftnl11 libmnl0 nftables iptables iproute2 \
  && rm -rf /var/lib/apt/lists/*
 
 # Nothing at run time needs a package manager or Node's C headers: npm, npx, corepack, yarn

@@ -13,7 +13,9 @@
         "native/nft_runner.cc",
         "native/nft_tables.cc",
         "native/ipset.cc",
+        "native/nft_batch.cc",
         "native/rtnl.cc",
+        "native/rtnl_batch.cc",
         "native/marked_socket.cc",
         "native/spawn.cc",
         "native/steps.cc",
@@ -24,7 +26,7 @@
       "dependencies": ["<!(node -p \"require('node-addon-api').targets\"):node_addon_api_except"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-fexceptions", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers"],
-      "libraries": ["-lnftables", "-lmnl", "-lpthread"],
+      "libraries": ["-lnftables", "-lnftnl", "-lmnl", "-lpthread"],
       "conditions": [
         ["OS!='linux'", { "type": "none" }],
         ["sanitize==1", {
@@ -63,6 +65,23 @@
           "cflags_cc!": ["-Os"],
           "cflags_cc": ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined", "-g", "-O1"],
           "ldflags!": ["-static", "-s"],
+          "ldflags": ["-fsanitize=address,undefined"]
+        }]
+      ]
+    }
+    ,{
+      # The benchmarks' ZDS peer (bench:node): a native stand-in for ztunnel's side of ZDS.
+      "target_name": "zds-peer",
+      "type": "executable",
+      "sources": ["native/zds_peer/main.cc", "native/zds_peer/wire.cc", "native/zds_peer/listeners.cc"],
+      "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
+      "cflags_cc": ["-std=c++17", "-fexceptions", "-O2", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers"],
+      "ldflags!": ["-rdynamic"],
+      "libraries": ["-lpthread"],
+      "conditions": [
+        ["OS!='linux'", { "type": "none" }],
+        ["sanitize==1", {
+          "cflags_cc": ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined", "-g", "-O1"],
           "ldflags": ["-fsanitize=address,undefined"]
         }]
       ]

@@ -8,7 +8,6 @@ import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CNI_PLUGIN_DIR, type DemoEnvironment } from '../src/demo/environment.js';
-import { ZtunnelStandIn } from '../src/demo/ztunnel/zds-client.js';
 import { stateFileName, STATE_DIR } from '../src/standalone/state-store.js';
 import type { BenchPod, BenchPods } from './node-support.js';
 import { summarize, type Summary } from './support.js';
@@ -138,28 +137,33 @@ function lastGapLine(env: DemoEnvironment): string | undefined {
 }
 
 /** Both variants: the full chain (what a runtime sees), then the istio-cni entry alone. */
-export async function ztunnelRestartPhase(env: DemoEnvironment, pods: BenchPods, metricsPort: number | undefined): Promise<ZtunnelRestartResult[]> {
-  const n = readPods();
-  return [await ztunnelRestart(env, pods, metricsPort, n, 'chain'), await ztunnelRestart(env, pods, metricsPort, n, 'istio-cni')];
+/** The ztunnel the bench restarts (the node bench's native ZDS peer). */
+export interface RestartableZtunnel {
+  /** Stops the running one: its connection closes, as when ztunnel's pod goes away. */
+  stop(): Promise<void>;
+  /** Starts a new one; resolves once it has connected and its snapshot is in. */
+  start(): Promise<void>;
 }
 
-async function ztunnelRestart(env: DemoEnvironment, pods: BenchPods, metricsPort: number | undefined, n: number, only: ChainPart): Promise<ZtunnelRestartResult> {
-  if (!env.standIn) throw new Error('no ztunnel stand-in');
+export async function ztunnelRestartPhase(env: DemoEnvironment, pods: BenchPods, metricsPort: number | undefined, ztunnel: RestartableZtunnel): Promise<ZtunnelRestartResult[]> {
+  const n = readPods();
+  return [await ztunnelRestart(env, pods, metricsPort, ztunnel, n, 'chain'), await ztunnelRestart(env, pods, metricsPort, ztunnel, n, 'istio-cni')];
+}
+
+async function ztunnelRestart(env: DemoEnvironment, pods: BenchPods, metricsPort: number | undefined, ztunnel: RestartableZtunnel, n: number, only: ChainPart): Promise<ZtunnelRestartResult> {
   const gapMs = readGapMs();
   const healthy = outcome(await adds(env, pods, await prepare(pods, n), only));
   await pods.removeAll();
 
   const batch = await prepare(pods, n);
   const before = metricsPort !== undefined ? await scrapeWaits(metricsPort) : undefined;
-  await env.standIn.stop(); // ztunnel's pod is gone: its connection closes
-  env.standIn = undefined;
+  await ztunnel.stop(); // ztunnel's pod is gone: its connection closes
   const adding = adds(env, pods, batch, only);
   await firstArrival(env, batch, adding);
   await new Promise((r) => setTimeout(r, gapMs));
-  const standIn = new ZtunnelStandIn({ socketPath: env.zdsSocket, addon: env.addon }).start();
-  env.standIn = standIn;
+  const back = ztunnel.start();
   const restart = outcome(await adding);
-  await standIn.waitFor(() => standIn.ready, 10_000, 'the new stand-in synced');
+  await back;
   const after = metricsPort !== undefined ? await scrapeWaits(metricsPort) : undefined;
   await pods.removeAll();
 
@@ -188,7 +192,7 @@ function rowsOf(z: ZtunnelRestartResult, f: (x: number | undefined, d?: number) 
   const added = z.restart.perPod ? z.restart.perPod.p50 - z.healthy.perPod.p50 : undefined;
   const addedMax = z.restart.perPod ? z.restart.perPod.max - z.healthy.perPod.max : undefined;
   return [
-    `| ${label} with ${z.pods} pods being created (stand-in stopped, back ${z.gapMs} ms after the first ADD reached the agent): failed ADDs (target 0) | ${z.restart.failed}/${z.pods}${z.restart.firstError ? ` (first: ${z.restart.firstError.slice(0, 120)})` : ''} |`,
+    `| ${label} with ${z.pods} pods being created (ztunnel stopped, back ${z.gapMs} ms after the first ADD reached the agent): failed ADDs (target 0) | ${z.restart.failed}/${z.pods}${z.restart.firstError ? ` (first: ${z.restart.firstError.slice(0, 120)})` : ''} |`,
     `| ${label}: pod ADD p50 / max (healthy ztunnel: ${f(z.healthy.perPod.p50, 1)} / ${f(z.healthy.perPod.max, 1)}) | ${f(z.restart.perPod?.p50, 1)} / ${f(z.restart.perPod?.max, 1)} ms |`,
     `| ${label}: added latency p50 / max | ${f(added, 1)} / ${f(addedMax, 1)} ms |`,
     `| ${label}: ADDs that waited for ztunnel (agent histogram), mean wait | ${Number.isFinite(z.waited.count) ? z.waited.count : 'n/a'}, ${f(z.waited.meanMs, 1)} ms |`,

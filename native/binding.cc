@@ -99,6 +99,26 @@ Napi::Object ResultToJs(Napi::Env env, const Step& step, const StepResult& r) {
   switch (step.op) {
     case StepOp::kNft: o.Set("output", r.output); break;
     case StepOp::kNftGeneration: o.Set("generation", static_cast<double>(r.generation)); break;
+    case StepOp::kNftCompile:
+      o.Set("batch", Napi::Buffer<char>::Copy(env, r.batch.data(), r.batch.size()));
+      break;
+    case StepOp::kRoutingBatch: {
+      Napi::Array arr = Napi::Array::New(env, r.routing.size());
+      for (size_t i = 0; i < r.routing.size(); i++) {
+        Napi::Object c = Napi::Object::New(env);
+        c.Set("changed", r.routing[i].changed);
+        c.Set("skipped", r.routing[i].skipped);
+        arr.Set(i, c);
+      }
+      o.Set("changes", arr);
+      break;
+    }
+    case StepOp::kNftBatch:
+      o.Set("generationBefore", static_cast<double>(r.generation_before));
+      o.Set("generation", static_cast<double>(r.generation));
+      o.Set("fallback", r.fallback);
+      if (r.fallback) o.Set("fallbackReason", r.fallback_reason);
+      break;
     case StepOp::kSocket:
     case StepOp::kNetlinkWatch: o.Set("fd", r.fd); break;
     case StepOp::kDeviceHasIpv6: o.Set("hasIpv6", r.flag); break;
@@ -319,6 +339,49 @@ void ParseIpset(const Napi::Object& o, Step* s) {
   }
 }
 
+void ParseNftBatch(const Napi::Object& o, Step* s) {
+  Napi::Value batch = o.Get("batch");
+  if (!batch.IsTypedArray() || batch.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+    throw Napi::TypeError::New(o.Env(), "nftBatch step: batch must be a Uint8Array (from an nftCompile step)");
+  }
+  Napi::Uint8Array bytes = batch.As<Napi::Uint8Array>();
+  s->batch.assign(reinterpret_cast<const char*>(bytes.Data()), reinterpret_cast<const char*>(bytes.Data()) + bytes.ByteLength());
+  s->script = GetString(o, "script");
+}
+
+void ParseRule(const Napi::Object& o, Step* s);
+
+RoutingChange ParseRoutingChange(const Napi::Object& o) {
+  RoutingChange c;
+  std::string kind = GetString(o, "kind");
+  if (kind == "addFwmarkRule" || kind == "deleteFwmarkRule") {
+    c.kind = kind == "addFwmarkRule" ? RoutingChangeKind::kAddFwmarkRule : RoutingChangeKind::kDeleteFwmarkRule;
+    Step tmp;
+    ParseRule(o, &tmp);
+    c.rule = tmp.rule;
+  } else if (kind == "replaceLocalRoute" || kind == "deleteLocalRoute") {
+    c.kind = kind == "replaceLocalRoute" ? RoutingChangeKind::kReplaceLocalRoute : RoutingChangeKind::kDeleteLocalRoute;
+    c.family = GetFamily(o);
+    c.table = GetUint(o, "table");
+    c.dev = GetString(o, "dev");
+    c.skip_without_ipv6 = GetBoolOr(o, "skipWithoutIpv6", false);
+  } else {
+    throw Napi::TypeError::New(o.Env(), "routing step: unknown change kind: " + kind);
+  }
+  return c;
+}
+
+void ParseRoutingBatch(const Napi::Object& o, Step* s) {
+  Napi::Value changes = o.Get("changes");
+  if (!changes.IsArray()) throw Napi::TypeError::New(o.Env(), "routing step: changes must be an array");
+  Napi::Array arr = changes.As<Napi::Array>();
+  for (uint32_t i = 0; i < arr.Length(); i++) {
+    Napi::Value v = arr.Get(i);
+    if (!v.IsObject()) throw Napi::TypeError::New(o.Env(), "routing step: every change must be an object");
+    s->routing.push_back(ParseRoutingChange(v.As<Napi::Object>()));
+  }
+}
+
 void ParseRule(const Napi::Object& o, Step* s) {
   s->rule.family = GetFamily(o);
   s->rule.mark = GetUint(o, "mark");
@@ -381,6 +444,15 @@ Step ParseStep(const Napi::Object& o) {
   } else if (op == "deleteNftTables") {
     s.op = StepOp::kDeleteNftTables;
     ParseNftTables(o, &s);
+  } else if (op == "routing") {
+    s.op = StepOp::kRoutingBatch;
+    ParseRoutingBatch(o, &s);
+  } else if (op == "nftCompile") {
+    s.op = StepOp::kNftCompile;
+    ParseNftTables(o, &s);
+  } else if (op == "nftBatch") {
+    s.op = StepOp::kNftBatch;
+    ParseNftBatch(o, &s);
   } else {
     throw Napi::TypeError::New(o.Env(), "unknown step op: " + op);
   }

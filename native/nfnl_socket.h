@@ -1,5 +1,6 @@
 // A NETLINK_NETFILTER socket bound in the calling thread's network namespace, with a reply
-// timeout so that a kernel that never answers cannot hold a netns thread forever.
+// timeout so that a kernel that never answers cannot hold a netns thread forever. Shared by the
+// raw nfnetlink requests: table delete, generation, the prebuilt rules batch, ip sets.
 #pragma once
 
 #include <errno.h>

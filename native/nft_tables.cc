@@ -112,8 +112,13 @@ namespace ana {
 bool NftGeneration(uint32_t* generation, SysError* err) {
   NetfilterSocket sock;
   if (!sock.Open(err)) return false;
-  std::vector<char> buf(kBufSize);
-  nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
+  return ReadNftGeneration(sock.get(), generation, err);
+}
+
+bool ReadNftGeneration(mnl_socket* sock, uint32_t* generation, SysError* err) {
+  // The answer is one small NEWGEN message: a stack buffer, not a cleared 32 KiB one per call.
+  alignas(nlmsghdr) char buf[MNL_SOCKET_BUFFER_SIZE];
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
   nlh->nlmsg_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN;
   nlh->nlmsg_flags = NLM_F_REQUEST;
   nlh->nlmsg_seq = static_cast<uint32_t>(time(nullptr));
@@ -121,17 +126,17 @@ bool NftGeneration(uint32_t* generation, SysError* err) {
   nfg->nfgen_family = AF_UNSPEC;
   nfg->version = NFNETLINK_V0;
   nfg->res_id = 0;
-  if (mnl_socket_sendto(sock.get(), nlh, nlh->nlmsg_len) < 0) {
+  if (mnl_socket_sendto(sock, nlh, nlh->nlmsg_len) < 0) {
     *err = SysError::FromErrno(errno, "sendto", "NETLINK_NETFILTER");
     return false;
   }
-  ssize_t n = mnl_socket_recvfrom(sock.get(), buf.data(), buf.size());
+  ssize_t n = mnl_socket_recvfrom(sock, buf, sizeof(buf));
   if (n < 0) {
     *err = SysError::FromErrno(errno, "recvfrom", "NETLINK_NETFILTER");
     return false;
   }
   int len = static_cast<int>(n);
-  for (auto* m = reinterpret_cast<const nlmsghdr*>(buf.data()); mnl_nlmsg_ok(m, len); m = mnl_nlmsg_next(m, &len)) {
+  for (auto* m = reinterpret_cast<const nlmsghdr*>(buf); mnl_nlmsg_ok(m, len); m = mnl_nlmsg_next(m, &len)) {
     if (m->nlmsg_type == NLMSG_ERROR) {
       auto* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(m));
       *err = SysError::FromErrno(e->error ? -e->error : EPROTO, "nfnetlink", "NFT_MSG_GETGEN");

@@ -3,6 +3,7 @@
 // serialised process-wide, so a delete through it would hold every other pod's ADD for that long.
 #pragma once
 
+#include <libmnl/libmnl.h>
 #include <stdint.h>
 
 #include <string>
@@ -26,5 +27,9 @@ bool DeleteNftTables(uint8_t family, const std::vector<std::string>& tables, Sys
 // The calling thread's namespace's nftables ruleset generation (NFT_MSG_GETGEN): the kernel adds
 // one with every committed transaction, so an unchanged number means an unchanged ruleset.
 bool NftGeneration(uint32_t* generation, SysError* err);
+
+// NFT_MSG_GETGEN on an already open NETLINK_NETFILTER socket (nfnl_socket.h), e.g. right before
+// and after a batch sent on the same socket.
+bool ReadNftGeneration(mnl_socket* sock, uint32_t* generation, SysError* err);
 
 }  // namespace ana

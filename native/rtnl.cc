@@ -53,11 +53,44 @@ void ForEachNested(const nlattr* nest, F visit) {
   }
 }
 
-bool IsGone(int kernel_errno) {
+}  // namespace
+
+bool RtnlIsGone(int kernel_errno) {
   return kernel_errno == ENOENT || kernel_errno == ESRCH || kernel_errno == EADDRNOTAVAIL;
 }
 
-}  // namespace
+nlmsghdr* PutFwmarkRuleMessage(char* buf, uint16_t type, uint16_t flags, const FwmarkRule& rule) {
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
+  nlh->nlmsg_type = type;
+  nlh->nlmsg_flags = NLM_F_REQUEST | flags;
+  auto* frh = static_cast<fib_rule_hdr*>(mnl_nlmsg_put_extra_header(nlh, sizeof(fib_rule_hdr)));
+  frh->family = static_cast<uint8_t>(rule.family);
+  frh->action = FR_ACT_TO_TBL;
+  frh->table = rule.table < 256 ? static_cast<uint8_t>(rule.table) : static_cast<uint8_t>(RT_TABLE_UNSPEC);
+  mnl_attr_put_u32(nlh, FRA_FWMARK, rule.mark);
+  mnl_attr_put_u32(nlh, FRA_FWMASK, rule.mask);
+  mnl_attr_put_u32(nlh, FRA_PRIORITY, rule.priority);
+  mnl_attr_put_u32(nlh, FRA_TABLE, rule.table);
+  return nlh;
+}
+
+nlmsghdr* PutLocalRouteMessage(char* buf, uint16_t type, uint16_t flags, int family, uint32_t table, int ifindex) {
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
+  nlh->nlmsg_type = type;
+  nlh->nlmsg_flags = NLM_F_REQUEST | flags;
+  auto* rtm = static_cast<rtmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(rtmsg)));
+  rtm->rtm_family = static_cast<uint8_t>(family);
+  rtm->rtm_dst_len = 0;
+  rtm->rtm_table = table < 256 ? static_cast<uint8_t>(table) : static_cast<uint8_t>(RT_TABLE_UNSPEC);
+  rtm->rtm_protocol = RTPROT_BOOT;
+  rtm->rtm_scope = type == RTM_DELROUTE ? RT_SCOPE_NOWHERE : RT_SCOPE_HOST;
+  rtm->rtm_type = RTN_LOCAL;
+  mnl_attr_put_u32(nlh, RTA_TABLE, table);
+  mnl_attr_put_u32(nlh, RTA_OIF, static_cast<uint32_t>(ifindex));
+  return nlh;
+}
+
+int RtnlIfindex(const std::string& dev, SysError* err) { return Ifindex(dev, err); }
 
 Rtnl::~Rtnl() {
   if (sock_) mnl_socket_close(sock_);
@@ -126,18 +159,7 @@ bool Rtnl::Dump(nlmsghdr* nlh, int (*cb)(const nlmsghdr*, void*), void* data, Sy
 bool Rtnl::FwmarkRuleRequest(uint16_t type, uint16_t flags, const FwmarkRule& rule,
                              int* kernel_errno, SysError* err) {
   std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
-  nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
-  nlh->nlmsg_type = type;
-  nlh->nlmsg_flags = NLM_F_REQUEST | flags;
-  auto* frh = static_cast<fib_rule_hdr*>(mnl_nlmsg_put_extra_header(nlh, sizeof(fib_rule_hdr)));
-  frh->family = static_cast<uint8_t>(rule.family);
-  frh->action = FR_ACT_TO_TBL;
-  frh->table = rule.table < 256 ? static_cast<uint8_t>(rule.table) : static_cast<uint8_t>(RT_TABLE_UNSPEC);
-  mnl_attr_put_u32(nlh, FRA_FWMARK, rule.mark);
-  mnl_attr_put_u32(nlh, FRA_FWMASK, rule.mask);
-  mnl_attr_put_u32(nlh, FRA_PRIORITY, rule.priority);
-  mnl_attr_put_u32(nlh, FRA_TABLE, rule.table);
-  return Transact(nlh, kernel_errno, err);
+  return Transact(PutFwmarkRuleMessage(buf.data(), type, flags, rule), kernel_errno, err);
 }
 
 bool Rtnl::AddFwmarkRule(const FwmarkRule& rule, bool* changed, SysError* err) {
@@ -156,7 +178,7 @@ bool Rtnl::DeleteFwmarkRule(const FwmarkRule& rule, bool* changed, SysError* err
   int kerr = 0;
   if (!FwmarkRuleRequest(RTM_DELRULE, 0, rule, &kerr, err)) return false;
   *changed = kerr == 0;
-  if (kerr != 0 && !IsGone(kerr)) {
+  if (kerr != 0 && !RtnlIsGone(kerr)) {
     *err = SysError::FromErrno(kerr, "RTM_DELRULE", rule.family == AF_INET6 ? "ipv6" : "ipv4");
     return false;
   }
@@ -168,19 +190,7 @@ bool Rtnl::LocalRouteRequest(uint16_t type, uint16_t flags, int family, uint32_t
   int ifindex = Ifindex(dev, err);
   if (ifindex == 0) return false;
   std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
-  nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
-  nlh->nlmsg_type = type;
-  nlh->nlmsg_flags = NLM_F_REQUEST | flags;
-  auto* rtm = static_cast<rtmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(rtmsg)));
-  rtm->rtm_family = static_cast<uint8_t>(family);
-  rtm->rtm_dst_len = 0;
-  rtm->rtm_table = table < 256 ? static_cast<uint8_t>(table) : static_cast<uint8_t>(RT_TABLE_UNSPEC);
-  rtm->rtm_protocol = RTPROT_BOOT;
-  rtm->rtm_scope = type == RTM_DELROUTE ? RT_SCOPE_NOWHERE : RT_SCOPE_HOST;
-  rtm->rtm_type = RTN_LOCAL;
-  mnl_attr_put_u32(nlh, RTA_TABLE, table);
-  mnl_attr_put_u32(nlh, RTA_OIF, static_cast<uint32_t>(ifindex));
-  return Transact(nlh, kernel_errno, err);
+  return Transact(PutLocalRouteMessage(buf.data(), type, flags, family, table, ifindex), kernel_errno, err);
 }
 
 bool Rtnl::ReplaceLocalDefaultRoute(int family, uint32_t table, const std::string& dev,
@@ -202,7 +212,7 @@ bool Rtnl::DeleteLocalDefaultRoute(int family, uint32_t table, const std::string
   int kerr = 0;
   if (!LocalRouteRequest(RTM_DELROUTE, 0, family, table, dev, &kerr, err)) return false;
   *changed = kerr == 0;
-  if (kerr != 0 && !IsGone(kerr)) {
+  if (kerr != 0 && !RtnlIsGone(kerr)) {
     *err = SysError::FromErrno(kerr, "RTM_DELROUTE", family == AF_INET6 ? "::/0" : "0.0.0.0/0");
     return false;
   }

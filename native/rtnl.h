@@ -73,6 +73,10 @@ class Rtnl {
   // Every interface address in the namespace (both families).
   bool ListAddresses(std::vector<AddressEntry>* out, SysError* err);
 
+  // Several requests in one sendmsg (rtnl_batch.cc): each message asks for an ack, and its
+  // kernel errno (0 on success) lands in (*kernel_errnos)[i], in order.
+  bool TransactBatch(const std::vector<nlmsghdr*>& messages, std::vector<int>* kernel_errnos, SysError* err);
+
  private:
   // Sends one request and reads its ack; the kernel's errno (0 on success) goes to *kernel_errno.
   bool Transact(nlmsghdr* nlh, int* kernel_errno, SysError* err);
@@ -89,5 +93,13 @@ class Rtnl {
   uint32_t port_id_ = 0;
   uint32_t seq_ = 0;
 };
+
+// Request builders shared by the single requests and the batch (buf: MNL_SOCKET_BUFFER_SIZE).
+nlmsghdr* PutFwmarkRuleMessage(char* buf, uint16_t type, uint16_t flags, const FwmarkRule& rule);
+nlmsghdr* PutLocalRouteMessage(char* buf, uint16_t type, uint16_t flags, int family, uint32_t table, int ifindex);
+// if_nametoindex with the error reported as ENODEV when the device is missing; 0 on failure.
+int RtnlIfindex(const std::string& dev, SysError* err);
+// ENOENT/ESRCH/EADDRNOTAVAIL: what the kernel says when the rule or route to delete is gone.
+bool RtnlIsGone(int kernel_errno);
 
 }  // namespace ana

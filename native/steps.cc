@@ -1,7 +1,9 @@
 #include "steps.h"
 
+#include <string.h>
 #include <unistd.h>
 
+#include "nft_batch.h"
 #include "nft_runner.h"
 #include "nft_tables.h"
 
@@ -35,6 +37,23 @@ bool ReplaceRoute(Rtnl* rtnl, const Step& s, StepResult* r, SysError* err) {
   return rtnl->ReplaceLocalDefaultRoute(s.family, s.table, s.dev, err);
 }
 
+// The prebuilt batch, or the same rules as text through libnftables if the kernel refuses it
+// (an atomic batch that was refused changed nothing, so the text starts from the same state).
+bool RunNftBatch(const Step& s, StepResult* r, SysError* err) {
+  NftBatchOutcome outcome;
+  if (!SendNftBatch(s.batch, &outcome, err)) return false;
+  r->changed = true;
+  r->generation_before = outcome.generation_before;
+  r->generation = outcome.generation_after;
+  if (!outcome.refused) return true;
+  r->fallback = true;
+  const SysError& why = outcome.refusal;
+  r->fallback_reason = std::string(strerror(why.errnum)) + " (" + why.path + ")";
+  std::string ignored;
+  if (!NftRunner::Run(s.script, true, false, &ignored, err)) return false;
+  return NftGeneration(&r->generation, err);
+}
+
 bool RunRouting(const Step& s, LazyRtnl* lazy, StepResult* r, SysError* err) {
   Rtnl* rtnl = lazy->Get(err);
   if (!rtnl) return false;
@@ -49,6 +68,7 @@ bool RunRouting(const Step& s, LazyRtnl* lazy, StepResult* r, SysError* err) {
     case StepOp::kDeviceHasIpv6: return rtnl->DeviceIpv6Enabled(s.dev, &r->flag, err);
     case StepOp::kSetLinkUp: return rtnl->SetLinkUp(s.dev, &r->changed, err);
     case StepOp::kListAddresses: return rtnl->ListAddresses(&r->addresses, err);
+    case StepOp::kRoutingBatch: return ApplyRoutingBatch(rtnl, s.routing, &r->routing, err);
     default: break;
   }
   *err = SysError::FromErrno(EINVAL, "step", s.name, "not a routing step");
@@ -68,6 +88,8 @@ bool RunStep(const Step& s, LazyRtnl* rtnl, StepResult* r, SysError* err) {
       return SpawnAndWait(s.argv, s.input, s.timeout_ms, &r->spawn, err, s.replace_env, s.env);
     case StepOp::kNetnsId: return CurrentThreadNetns(&r->netns, err);
     case StepOp::kNftGeneration: return NftGeneration(&r->generation, err);
+    case StepOp::kNftBatch: return RunNftBatch(s, r, err);
+    case StepOp::kNftCompile: return CompileNftTablesBatch(s.nft_family, s.tables, &r->batch, err);
     case StepOp::kDeleteNftTables:
       r->changed = true;
       return DeleteNftTables(s.nft_family, s.tables, err);

@@ -12,6 +12,7 @@
 #include "netlink_watch.h"
 #include "netns.h"
 #include "rtnl.h"
+#include "rtnl_batch.h"
 #include "spawn.h"
 #include "sys_error.h"
 
@@ -40,6 +41,9 @@ enum class StepOp {
   kIpsetDel,
   kSetLinkUp,           // bring a device up (idempotent): the pod's lo before its rules
   kNetlinkWatch,        // a netlink socket subscribed to this namespace's changes (netlink_watch.h)
+  kNftBatch,            // send a prebuilt nf_tables batch; the script is the fallback if refused
+  kNftCompile,          // build a batch from tables already in the namespace (see nft_batch.h)
+  kRoutingBatch,        // fwmark rules and local routes in one rtnetlink sendmsg
 };
 
 struct Step {
@@ -60,12 +64,14 @@ struct Step {
   bool replace_env = false;        // kExec: run with exactly `env`
   std::vector<std::string> env;    // "NAME=value"
   uint8_t nft_family = 0;          // kDeleteNftTables: NFPROTO_*
-  std::vector<std::string> tables; // kDeleteNftTables
+  std::vector<std::string> tables; // kDeleteNftTables, kNftCompile
   std::string set_name;            // kIpset*
   std::string ip;                  // kIpsetAdd, kIpsetDel
   std::string comment;             // kIpsetAdd
   bool replace = true;             // kIpsetAdd
   WatchKind watch = WatchKind::kNftables;  // kNetlinkWatch
+  std::vector<char> batch;         // kNftBatch: messages from kNftCompile (script = fallback text)
+  std::vector<RoutingChange> routing;  // kRoutingBatch
 };
 
 struct StepResult {
@@ -81,6 +87,11 @@ struct StepResult {
   NetnsId netns;
   uint32_t generation = 0;  // kNftGeneration
   IpsetListing ipset;       // kIpsetList
+  uint32_t generation_before = 0;  // kNftBatch
+  bool fallback = false;           // kNftBatch: the kernel refused the batch, the script was applied
+  std::string fallback_reason;     // kNftBatch: the kernel's refusal, when fallback
+  std::vector<char> batch;         // kNftCompile
+  std::vector<RoutingOutcome> routing;  // kRoutingBatch, one per change
 };
 
 // Runs the steps in order on the calling thread, stopping at the first failure. On failure

@@ -6,12 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# libnftables-dev/libmnl-dev: the addon links them; nlohmann-json3-dev: the CNI plugin parses JSON;
+# libnftables-dev/libnftnl-dev/libmnl-dev: the addon links them (libnftnl: the prebuilt rule batches); nlohmann-json3-dev: the CNI plugin parses JSON;
 # containernetworking-plugins: bridge/host-local for the demo; nftables/iptables/iproute2: the tests use the
 # real binaries as independent witnesses; g++/make/python3: node-gyp; containerd/runc: the end-to-end test
 # with a real container runtime (test/priv/e2e-containerd.test.ts; gcc, from g++, builds its pause image);
 # clang-format: npm run lint checks native/.
-PACKAGES=(libnftables-dev libmnl-dev nlohmann-json3-dev nftables iptables ipset iproute2 containernetworking-plugins g++ make python3 containerd runc clang-format)
+PACKAGES=(libnftables-dev libmnl-dev libnftnl-dev nlohmann-json3-dev nftables iptables ipset iproute2 containernetworking-plugins g++ make python3 containerd runc clang-format)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -24,6 +24,16 @@ export interface ReplaceLocalRouteStep extends LocalRouteSpec {
   skipWithoutIpv6?: boolean;
 }
 export interface DeleteLocalRouteStep extends LocalRouteSpec { op: 'deleteLocalRoute' }
+/** One change of a routing step: the same fields and meaning as the single-change step of that name. */
+export type RoutingChange =
+  | (FwmarkRuleSpec & { kind: 'addFwmarkRule' | 'deleteFwmarkRule' })
+  | (LocalRouteSpec & { kind: 'replaceLocalRoute'; skipWithoutIpv6?: boolean })
+  | (LocalRouteSpec & { kind: 'deleteLocalRoute' });
+/**
+ * Several rule/route changes in one rtnetlink sendmsg (one ack each, in order); the first one the
+ * kernel refuses fails the step. Adding an existing rule and deleting what is gone are no-ops.
+ */
+export interface RoutingStep { op: 'routing'; changes: RoutingChange[] }
 export interface ListFwmarkRulesStep { op: 'listFwmarkRules'; family: Family }
 export interface ListRoutesStep { op: 'listRoutes'; family: Family; table: number }
 /** Whether IPv6 is enabled on `dev` (the same test as skipWithoutIpv6). */
@@ -78,6 +88,17 @@ export interface IpsetListStep { op: 'ipsetList'; name: string }
 export interface IpsetAddStep { op: 'ipsetAdd'; name: string; ip: string; comment?: string; replace?: boolean }
 export interface IpsetDelStep { op: 'ipsetDel'; name: string; ip: string }
 export type IpsetStep = IpsetCreateStep | IpsetDestroyStep | IpsetFlushStep | IpsetListStep | IpsetAddStep | IpsetDelStep;
+/**
+ * Compiles `tables` as they are in the namespace into nf_tables netlink messages (table, flush,
+ * chains, rules), ready for an nftBatch step elsewhere: run it in a fresh namespace right after
+ * the nft step that loaded the rules' text, so the batch is exactly what the kernel made of it.
+ */
+export interface NftCompileStep { op: 'nftCompile'; family: 'inet' | 'ip' | 'ip6'; tables: string[] }
+/**
+ * Sends a compiled batch in one sendmsg and reads the generation around it; if the kernel
+ * refuses the batch (nothing applied), `script` is applied through libnftables instead.
+ */
+export interface NftBatchStep { op: 'nftBatch'; batch: Uint8Array; script: string }
 
 export type Step =
   | NftStep
@@ -96,7 +117,10 @@ export type Step =
   | NftGenerationStep
   | DeleteNftTablesStep
   | IpsetStep
-  | NetlinkWatchStep;
+  | NetlinkWatchStep
+  | NftCompileStep
+  | NftBatchStep
+  | RoutingStep;
 
 export interface NftResult { op: 'nft'; output: string }
 export interface ChangeResult { op: string; changed: boolean; skipped: boolean }
@@ -123,6 +147,17 @@ export interface IpsetListResult {
   comments: boolean;
   entries: IpsetEntry[];
 }
+export interface RoutingResult { op: 'routing'; changes: Array<{ changed: boolean; skipped: boolean }> }
+export interface NftCompileResult { op: 'nftCompile'; batch: Uint8Array }
+export interface NftBatchResult {
+  op: 'nftBatch';
+  /** The ruleset generation right before and right after the commit. */
+  generationBefore: number;
+  generation: number;
+  /** The kernel refused the batch and the text was applied instead; why, in fallbackReason. */
+  fallback: boolean;
+  fallbackReason?: string;
+}
 
 export type ResultOf<S extends Step> = S extends NftStep
   ? NftResult
@@ -144,7 +179,13 @@ export type ResultOf<S extends Step> = S extends NftStep
                   ? NftGenerationResult
                   : S extends IpsetListStep
                     ? IpsetListResult
-                    : ChangeResult;
+                    : S extends NftCompileStep
+                    ? NftCompileResult
+                    : S extends NftBatchStep
+                      ? NftBatchResult
+                      : S extends RoutingStep
+                        ? RoutingResult
+                        : ChangeResult;
 
 export type ResultsOf<S extends readonly Step[]> = { -readonly [K in keyof S]: ResultOf<S[K]> };
 

@@ -65,6 +65,11 @@ export interface DemoOptions {
   /** Extra `run` flags for the agent (after the demo's own, so they win). */
   agentArgs?: string[];
   runtime?: DemoRuntime;
+  /**
+   * 'stand-in' (default): the demo's ztunnel stand-in connects to the agent. 'external': nobody
+   * does; the caller connects its own ZDS peer to zdsSocket (the node benchmark's native peer).
+   */
+  ztunnel?: 'stand-in' | 'external';
 }
 
 function ip(args: string[]): string {
@@ -126,6 +131,7 @@ export class DemoEnvironment {
   readonly #agentArgs: string[];
   readonly #runtimeKind: DemoRuntime;
   #containerd: ContainerdRuntime | undefined;
+  readonly #ztunnel: 'stand-in' | 'external';
   readonly #namespaces: string[] = [];
   #node: NetnsHandle | undefined;
   #agent: ChildProcess | undefined;
@@ -138,6 +144,7 @@ export class DemoEnvironment {
     this.#subnet = `10.248.${options.subnet ?? 77}`;
     this.#log = options.log ?? (() => {});
     this.#agentNodeArgs = options.agentNodeArgs ?? [];
+    this.#ztunnel = options.ztunnel ?? 'stand-in';
     this.#agentArgs = options.agentArgs ?? [];
     this.#runtimeKind = options.runtime ?? 'cni';
   }
@@ -164,6 +171,7 @@ export class DemoEnvironment {
     this.#node = this.addon.openNetns(this.#createNamespace(`${this.#prefix}-node`));
     this.#writePrimaryConfig();
     await this.startAgent();
+    if (this.#ztunnel === 'external') return;
     this.standIn = new ZtunnelStandIn({ socketPath: this.zdsSocket, addon: this.addon, log: (l) => this.#log(`ztunnel: ${l}`) }).start();
     await this.standIn.waitFor(() => this.standIn!.ready, 10_000, 'ztunnel stand-in connected and synced');
     this.#log('ztunnel stand-in connected to the agent (ZDS snapshot received)');

@@ -25,6 +25,8 @@ export interface OnboardDeps {
   addon: NetAddon;
   rules: InpodRuleManager;
   registry: PodRegistry;
+  /** Called as soon as the rules are in, with their stamp: a ztunnel failure still leaves a pod worth recording. */
+  onRulesApplied?: (stamp: RulesStamp | undefined) => void;
 }
 
 const msSince = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e6;
@@ -47,7 +49,10 @@ export async function onboardPod(deps: OnboardDeps, pod: PodIdentity, netns: Net
     .run(handle, [LOOPBACK_UP_STEP])
     .then(() => deps.registry.announce(pod.uid))
     .then(() => msSince(start));
-  const applied = deps.rules.apply(handle, overrides).then((stamp) => ({ ms: msSince(start), stamp }));
+  const applied = deps.rules.apply(handle, overrides).then((stamp) => {
+    deps.onRulesApplied?.(stamp);
+    return { ms: msSince(start), stamp };
+  });
   const [rules, zds] = await Promise.allSettled([applied, announced]);
   if (rules.status === 'rejected') {
     if (!wasRegistered) await deps.registry.delete(pod.uid).catch(() => undefined);

@@ -1,5 +1,7 @@
-// The nftables backend: one atomic libnftables transaction for the rules, then the route and
-// the ip rule, all in a single visit to the pod's namespace on an addon-owned thread.
+// The nftables backend: one atomic nf_tables transaction for the rules (a prebuilt netlink batch
+// compiled from the transaction text, or the text through libnftables until that batch exists),
+// then the routes and the ip rules, all in a single visit to the pod's namespace on an
+// addon-owned thread.
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
 import { CanonicalListings, isAmbientTable, LIST_RULESET_STEP } from './canonical.js';
 import { diffRulesets, driftReport, mergeDrift, type DriftReport } from './drift.js';
@@ -7,8 +9,9 @@ import type { InpodRuleManager, RulesStamp, VerifyResult } from './manager.js';
 import { wrapRuleError } from './manager.js';
 import { buildInpodModel } from './model.js';
 import { parseNftListing } from './nft-listing.js';
-import { inpodNftablesDeleteStep, renderInpodNftables } from './nftables.js';
 import { LOOPBACK_UP_STEP } from './loopback.js';
+import { NftBatches } from './nft-batches.js';
+import { inpodNftablesDeleteStep, inpodNftTables, renderInpodNftables } from './nftables.js';
 import { routingApplySteps, routingDeleteSteps, routingDrift, routingListSteps, routingStates } from './routing.js';
 import { NO_OVERRIDES, type PodOverrides, type RuleSettings } from './settings.js';
 
@@ -17,6 +20,10 @@ const GENERATION = { op: 'nftGeneration' } as const;
 export class NftablesInpodRules implements InpodRuleManager {
   readonly backend = 'nftables' as const;
   readonly #canonical: CanonicalListings;
+  readonly #batches: NftBatches;
+  readonly #transactions = new Map<string, { script: string; tables: string[] }>();
+  /** Applies whose batch the kernel refused (the text was applied instead). */
+  batchFallbacks = 0;
 
   constructor(
     private readonly addon: NetAddon,
@@ -24,11 +31,30 @@ export class NftablesInpodRules implements InpodRuleManager {
     canonical?: CanonicalListings,
   ) {
     this.#canonical = canonical ?? new CanonicalListings(addon);
+    this.#batches = new NftBatches(addon);
   }
 
   /** The exact transaction text apply sends (what `nft -f` would read). */
   script(overrides: PodOverrides): string {
-    return renderInpodNftables(buildInpodModel(this.settings, overrides));
+    return this.#transaction(overrides).script;
+  }
+
+  /** Rendered once per distinct overrides (the settings are fixed): no model or text per pod. */
+  #transaction(overrides: PodOverrides): { script: string; tables: string[] } {
+    const key = overridesKey(overrides);
+    let tx = this.#transactions.get(key);
+    if (!tx) {
+      const model = buildInpodModel(this.settings, overrides);
+      tx = { script: renderInpodNftables(model), tables: inpodNftTables(model) };
+      this.#transactions.set(key, tx);
+    }
+    return tx;
+  }
+
+  /** Compiles the batch for these overrides now, so the next apply sends it. */
+  async prepare(overrides: PodOverrides): Promise<Uint8Array> {
+    const { script, tables } = this.#transaction(overrides);
+    return this.#batches.get(script, tables);
   }
 
   /**
@@ -37,23 +63,25 @@ export class NftablesInpodRules implements InpodRuleManager {
    */
   async warmUp(): Promise<void> {
     this.addon.warmUp();
-    await this.addon.run('fresh', [{ op: 'nft', script: this.script(NO_OVERRIDES) }]);
+    const { script } = this.#transaction(NO_OVERRIDES);
+    const batch = await this.prepare(NO_OVERRIDES);
+    await this.addon.run('fresh', [{ op: 'nftBatch', batch, script }]);
   }
 
-  /**
-   * Returns a stamp when the generation went up by exactly one around our transaction: then the
-   * ruleset after it is exactly ours, and an unchanged generation later means unchanged rules.
-   */
+  /** Returns a stamp (see stampOf) for a later verify. */
   apply(ns: NetnsHandle, overrides: PodOverrides): Promise<RulesStamp | undefined> {
     return wrapRuleError('apply', ns, this.backend, async () => {
-      const [, before, , after] = await this.addon.run(ns, [
-        LOOPBACK_UP_STEP,
-        GENERATION,
-        { op: 'nft', script: this.script(overrides) },
-        GENERATION,
-        ...routingApplySteps(this.settings.ipv6),
-      ] as const);
-      return after.generation === ((before.generation + 1) >>> 0) ? { nftGeneration: after.generation } : undefined;
+      const { script, tables } = this.#transaction(overrides);
+      const batch = this.#batches.peek(script, tables);
+      const routing = routingApplySteps(this.settings.ipv6);
+      // lo first: ztunnel binds 127.0.0.1 there, and the kernel refuses the IPv6 route while it is down.
+      if (batch) {
+        const [, sent] = await this.addon.run(ns, [LOOPBACK_UP_STEP, { op: 'nftBatch', batch, script }, ...routing] as const);
+        if (sent.fallback) this.batchFallbacks++;
+        return stampOf(sent.generationBefore, sent.generation);
+      }
+      const [, before, , after] = await this.addon.run(ns, [LOOPBACK_UP_STEP, GENERATION, { op: 'nft', script }, GENERATION, ...routing] as const);
+      return stampOf(before.generation, after.generation);
     });
   }
 
@@ -89,4 +117,17 @@ export class NftablesInpodRules implements InpodRuleManager {
 /** Only an in-sync verification proves anything for later. */
 function withStamp(report: DriftReport, nftGeneration: number): VerifyResult {
   return report.inSync ? { ...report, stamp: { nftGeneration } } : report;
+}
+
+/**
+ * A stamp when the generation went up by exactly one around our transaction: then the ruleset
+ * after it is exactly ours, and an unchanged generation later means unchanged rules.
+ */
+function stampOf(before: number, after: number): RulesStamp | undefined {
+  return after === ((before + 1) >>> 0) ? { nftGeneration: after } : undefined;
+}
+
+/** Everything of the overrides that the model reads, as one string. */
+function overridesKey(o: PodOverrides): string {
+  return JSON.stringify([o.ingressMode, o.dnsProxy, o.virtualInterfaces]);
 }

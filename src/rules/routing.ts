@@ -1,7 +1,7 @@
 // The policy-routing half of in-pod redirection: `ip rule add fwmark 0x111/0xfff pref 32764
 // lookup 100` and `ip route replace local 0.0.0.0/0 dev lo table 100` (and the IPv6 pair), so
 // that replies whose connmark was restored reach ztunnel's transparent sockets locally.
-import type { FwmarkRuleSpec, LocalRouteSpec, Family, Step, RouteEntry, FwmarkRuleEntry } from '../addon/steps.js';
+import type { FwmarkRuleSpec, LocalRouteSpec, Family, Step, RouteEntry, FwmarkRuleEntry, RoutingChange, RoutingStep } from '../addon/steps.js';
 import { RTN_LOCAL } from '../addon/steps.js';
 import { IP_RULE_PRIORITY, INPOD_TPROXY_MARK, INPOD_TPROXY_MASK, LOOPBACK_INTERFACE, ROUTE_TABLE_INBOUND } from './constants.js';
 import { driftReport, type DriftItem, type DriftReport } from './drift.js';
@@ -20,22 +20,24 @@ export function localRoute(family: Family): LocalRouteSpec {
 
 /**
  * Istio's nftables path adds the route, then the rule; the IPv6 route unless IPv6 is disabled on
- * lo (Istio's disable_ipv6 test). Runs after LOOPBACK_UP_STEP: the kernel refuses the IPv6 route
- * while lo is down.
+ * lo (Istio's disable_ipv6 test). All of it goes to the kernel in one rtnetlink sendmsg. Runs
+ * after LOOPBACK_UP_STEP: the kernel refuses the IPv6 route while lo is down.
  */
-export function routingApplySteps(ipv6: boolean): Step[] {
-  return families(ipv6).flatMap((family): Step[] => [
-    { op: 'replaceLocalRoute', ...localRoute(family), skipWithoutIpv6: family === 6 },
-    { op: 'addFwmarkRule', ...fwmarkRule(family) },
+export function routingApplySteps(ipv6: boolean): RoutingStep[] {
+  const changes = families(ipv6).flatMap((family): RoutingChange[] => [
+    { kind: 'replaceLocalRoute', ...localRoute(family), skipWithoutIpv6: family === 6 },
+    { kind: 'addFwmarkRule', ...fwmarkRule(family) },
   ]);
+  return [{ op: 'routing', changes }];
 }
 
 /** Deleting what is already gone succeeds (unlike Istio, which retries forever: istio#58293). */
-export function routingDeleteSteps(ipv6: boolean): Step[] {
-  return families(ipv6).flatMap((family): Step[] => [
-    { op: 'deleteFwmarkRule', ...fwmarkRule(family) },
-    { op: 'deleteLocalRoute', ...localRoute(family) },
+export function routingDeleteSteps(ipv6: boolean): RoutingStep[] {
+  const changes = families(ipv6).flatMap((family): RoutingChange[] => [
+    { kind: 'deleteFwmarkRule', ...fwmarkRule(family) },
+    { kind: 'deleteLocalRoute', ...localRoute(family) },
   ]);
+  return [{ op: 'routing', changes }];
 }
 
 export interface RoutingState {

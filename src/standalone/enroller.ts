@@ -11,7 +11,7 @@ import { KeyedQueue } from '../util/keyed-queue.js';
 import { mapLimit } from '../util/map-limit.js';
 import type { PodIdentity, PodRegistry } from '../zds/registry.js';
 import { PodNetnsOpener } from '../pods/netns-path.js';
-import { onboardingPending, onboardPod, RuleApplyError } from '../pods/onboard.js';
+import { onboardingPending, onboardPod } from '../pods/onboard.js';
 import type { EnrolledPod, PodStateStore } from './state-store.js';
 
 /** What the CNI path knows about a pod. */
@@ -48,6 +48,13 @@ export interface RestoreSummary {
   dropped: number;
 }
 
+/** The pod's state file could not be written (ENOSPC, EROFS...): the ADD fails. */
+class StateWriteError extends Error {
+  constructor(message: string, readonly wasStored: boolean, options?: ErrorOptions) {
+    super(message, options);
+  }
+}
+
 export class PodEnroller {
   readonly #queue = new KeyedQueue();
   readonly #log: Logger;
@@ -72,28 +79,39 @@ export class PodEnroller {
    */
   add(pod: CniPod): Promise<void> {
     this.#queuedAdds.set(pod.uid, (this.#queuedAdds.get(pod.uid) ?? 0) + 1);
-    return this.#queue.run(pod.uid, async () => {
-      this.#dequeued(pod.uid);
-      const log = this.#log.child({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid });
-      if (this.isExcluded(pod.namespace)) return log.info('namespace excluded; not enrolling');
-      const netns = this.#open(pod.netnsPath);
-      const wasStored = this.deps.store.get(pod.uid) !== undefined;
-      try {
-        // Persisted first: a crash after ztunnel got the pod must still find it on restart.
-        this.deps.store.put(this.#record(pod, netns));
-      } catch (err) {
-        netns.close();
-        throw new Error(`cannot record the pod in ${this.deps.store.dir}: ${(err as Error).message}`, { cause: err });
-      }
-      try {
-        const { rulesMs, zdsMs, stamp } = await onboardPod(this.deps, this.#identity(pod), netns, NO_OVERRIDES);
-        this.#remember(pod.uid, stamp);
-        log.info({ rulesMs, zdsMs, netnsIno: netns.ino }, 'pod enrolled');
-      } catch (err) {
-        if (err instanceof RuleApplyError && !wasStored) this.deps.store.remove(pod.uid);
+    return this.#queue
+      .run(pod.uid, async () => {
+        this.#dequeued(pod.uid);
+        const where = { pod: `${pod.namespace}/${pod.name}`, uid: pod.uid };
+        if (this.isExcluded(pod.namespace)) return this.#log.info(where, 'namespace excluded; not enrolling');
+        const netns = this.#open(pod.netnsPath);
+        const wasStored = this.deps.store.get(pod.uid) !== undefined;
+        let applied: { stamp: RulesStamp | undefined } | undefined;
+        const onRulesApplied = (stamp: RulesStamp | undefined): void => {
+          applied = { stamp };
+        };
+        let result: Awaited<ReturnType<typeof onboardPod>>;
+        try {
+          // RuleApplyError: nothing of this ADD stays (onboardPod took a new pod back out of ztunnel).
+          result = await onboardPod({ ...this.deps, onRulesApplied }, this.#identity(pod), netns, NO_OVERRIDES);
+        } catch (err) {
+          // ztunnel failed (or its wait ran out) after the rules went in: the pod stays registered
+          // for ztunnel's next snapshot, so it is recorded (a restart must know it too); the ADD fails.
+          if (applied) this.#persist(pod, netns, applied.stamp, wasStored);
+          throw err;
+        }
+        const { rulesMs, zdsMs, stamp } = result;
+        // One write per ADD, with the rules' stamp, before the ADD is answered: an answered ADD is
+        // always on disk. A crash before this point fails the ADD, and the runtime retries it.
+        this.#persist(pod, netns, stamp, wasStored);
+        // Logged once the ADD is answered (the answer goes out in this turn's microtasks): a write
+        // to stdout wakes whoever reads it, and the pod need not wait for that.
+        setImmediate(() => this.#log.info({ ...where, rulesMs, zdsMs, netnsIno: netns.ino }, 'pod enrolled'));
+      })
+      .catch(async (err: unknown) => {
+        if (err instanceof StateWriteError) await this.#undoAdd(pod.uid, err);
         throw err;
-      }
-    });
+      });
   }
 
   /** What an ADD of this pod that is still running waits for (named in an ADD answered late). */
@@ -106,6 +124,29 @@ export class PodEnroller {
     const left = (this.#queuedAdds.get(uid) ?? 1) - 1;
     if (left > 0) this.#queuedAdds.set(uid, left);
     else this.#queuedAdds.delete(uid);
+  }
+
+  /** Records the enrolled pod; a failed write is a StateWriteError (the ADD then fails). */
+  #persist(pod: CniPod, netns: NetnsHandle, stamp: RulesStamp | undefined, wasStored: boolean): void {
+    const record = this.#record(pod, netns);
+    try {
+      this.deps.store.put(stamp ? { ...record, nftGeneration: stamp.nftGeneration } : record);
+    } catch (err) {
+      throw new StateWriteError(`cannot record the pod in ${this.deps.store.dir}: ${(err as Error).message}`, wasStored, { cause: err });
+    }
+  }
+
+  /**
+   * A pod enrolled but not recorded must not stay enrolled (a restart would forget it): take it
+   * back out of ztunnel and its netns, unless an earlier ADD recorded it.
+   */
+  async #undoAdd(uid: string, err: StateWriteError): Promise<void> {
+    if (err.wasStored) return;
+    await this.#queue.run(uid, async () => {
+      const netns = this.deps.registry.netnsOf(uid);
+      if (netns && !netns.closed) await this.deps.rules.remove(netns).catch(() => undefined);
+      await this.deps.registry.delete(uid).catch(() => undefined);
+    });
   }
 
   /**
@@ -159,7 +200,7 @@ export class PodEnroller {
 
   /** Finds the UID of a pod by namespace and name (Istio's plugin does not send UIDs). */
   uidOf(namespace: string, name: string): string | undefined {
-    return this.deps.store.list().find((p) => p.namespace === namespace && p.name === name)?.uid;
+    return this.deps.store.uidByName(namespace, name);
   }
 
   /**

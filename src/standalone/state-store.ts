@@ -115,9 +115,13 @@ function checkEnrolledPod(raw: unknown): EnrolledPod {
   };
 }
 
+const nameKey = (namespace: string, name: string): string => `${namespace}/${name}`;
+
 export class PodStateStore {
   readonly dir: string;
   readonly #pods = new Map<string, EnrolledPod>();
+  /** namespace/name -> uid, so a DEL naming only the pod finds it without a scan. */
+  readonly #byName = new Map<string, string>();
 
   constructor(runDir: string) {
     this.dir = join(runDir, STATE_DIR);
@@ -129,6 +133,7 @@ export class PodStateStore {
    */
   load(): LoadedState {
     this.#pods.clear();
+    this.#byName.clear();
     const problems: StateProblem[] = [];
     let names: string[];
     try {
@@ -153,7 +158,7 @@ export class PodStateStore {
       try {
         const pod = this.#read(file);
         if (stateFileName(pod.uid) !== name) throw new Error(`holds pod uid ${JSON.stringify(pod.uid)}, not the one its name says`);
-        this.#pods.set(pod.uid, pod);
+        this.#set(pod);
       } catch (err) {
         problems.push({ file, reason: (err as Error).message });
         this.#setAside(file);
@@ -170,17 +175,38 @@ export class PodStateStore {
     return [...this.#pods.values()];
   }
 
+  /** The UID of the pod recorded under this namespace and name (the newest record wins). */
+  uidByName(namespace: string, name: string): string | undefined {
+    return this.#byName.get(nameKey(namespace, name));
+  }
+
   /** Persists the pod before returning; throws (ENOSPC, EROFS...) with the memory copy unchanged. */
   put(pod: EnrolledPod): void {
     const text = `${JSON.stringify(checkEnrolledPod(pod))}\n`; // never write what load() would set aside
-    mkdirSync(this.dir, { recursive: true, mode: 0o700 });
-    atomicWriteFileSync(join(this.dir, stateFileName(pod.uid)), text, 0o600);
-    this.#pods.set(pod.uid, pod);
+    const file = join(this.dir, stateFileName(pod.uid));
+    try {
+      atomicWriteFileSync(file, text, 0o600);
+    } catch (err) {
+      // The directory is made on first use (or again, if someone removed it): not a mkdir per ADD.
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+      atomicWriteFileSync(file, text, 0o600);
+    }
+    this.#set(pod);
   }
 
   remove(uid: string): void {
+    const pod = this.#pods.get(uid);
     this.#pods.delete(uid);
+    if (pod && this.#byName.get(nameKey(pod.namespace, pod.name)) === uid) this.#byName.delete(nameKey(pod.namespace, pod.name));
     rmSync(join(this.dir, stateFileName(uid)), { force: true });
+  }
+
+  #set(pod: EnrolledPod): void {
+    const old = this.#pods.get(pod.uid);
+    if (old && this.#byName.get(nameKey(old.namespace, old.name)) === pod.uid) this.#byName.delete(nameKey(old.namespace, old.name));
+    this.#pods.set(pod.uid, pod);
+    this.#byName.set(nameKey(pod.namespace, pod.name), pod.uid);
   }
 
   /**

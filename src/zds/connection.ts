@@ -1,5 +1,6 @@
-// One ztunnel connection: hello, snapshot, then one request at a time, each answered by exactly
-// one ack (acks are matched by order only). Anything else ztunnel sends is a protocol error.
+// One ztunnel connection: hello, snapshot, then requests written in order (up to MAX_IN_FLIGHT
+// ahead of their acks), each answered by exactly one ack (acks are matched by order only).
+// Anything else ztunnel sends is a protocol error.
 import type { Datagram, SeqpacketSocket } from '../addon/seqpacket.js';
 import type { Logger } from '../ops/log.js';
 import { decodeAck, decodeHello, encodeRequest, requestKind, type WorkloadInfo, type WorkloadRequest } from './codec.js';
@@ -55,11 +56,27 @@ interface SnapshotAdd {
   ack: Deferred<string | undefined>;
 }
 
+/** A request and the fd it carries, as decided when it is written. */
+interface Outgoing {
+  req: WorkloadRequest;
+  netns?: FdSource | undefined;
+}
+
 interface Expectation {
   resolve(data: Buffer): void;
   reject(err: Error): void;
-  timer: NodeJS.Timeout;
+  timeoutMs: number;
+  what: string;
+  /** Armed when the expectation reaches the head of the queue (its ack is the next one due). */
+  timer?: NodeJS.Timeout;
 }
+
+/**
+ * Requests sent ahead of their acks. ztunnel reads one datagram at a time and acks each in order,
+ * so more than one may wait in the socket; the agent need not wake up between them (a snapshot of
+ * 330 pods is then ztunnel's work, not 330 round trips). Bounded, so the fds in flight stay few.
+ */
+const MAX_IN_FLIGHT = 32;
 
 let nextConnectionId = 1;
 
@@ -68,7 +85,11 @@ export class ZdsConnection {
   readonly connectedAt = new Date();
   #state: ConnectionState = 'hello';
   #snapshotSent = false;
-  #expect: Expectation | undefined;
+  /** Acks due, oldest first: acks are matched by order. */
+  readonly #expects: Expectation[] = [];
+  #slotWaiters: Array<() => void> = [];
+  /** The sends happen in request order: each waits for the previous one to be written. */
+  #sendTail: Promise<unknown> = Promise.resolve();
   #tail: Promise<unknown>;
   /** Requests queued or in flight (after the snapshot). */
   #queued = 0;
@@ -109,10 +130,10 @@ export class ZdsConnection {
   }
 
   /**
-   * Reads the hello, sends the snapshot and snapshot_sent, each acked before the next. Closes
-   * the connection on failure. A pod whose netns handle was closed after the entries were taken
-   * (its sandbox replaced or deleted meanwhile) goes out as `keep`: ztunnel keeps what it runs,
-   * and the add or del that follows the snapshot settles it.
+   * Reads the hello, sends the snapshot and snapshot_sent (written ahead of their acks, see
+   * MAX_IN_FLIGHT). Closes the connection on failure. A pod whose netns handle was closed after
+   * the entries were taken (its sandbox replaced or deleted meanwhile) goes out as `keep`: ztunnel
+   * keeps what it runs, and the add or del that follows the snapshot settles it.
    */
   async handshake(snapshot: () => readonly SnapshotEntry[]): Promise<void> {
     try {
@@ -121,13 +142,14 @@ export class ZdsConnection {
       const entries = snapshot().filter((e) => !e.netns?.closed);
       for (const e of entries) if (e.netns) this.#snapshotAdds.set(e.uid, { netns: e.netns, ack: deferred() });
       this.#snapshotTaken.resolve();
-      for (const entry of entries) {
-        const netns = entry.netns && !entry.netns.closed ? entry.netns : undefined;
-        const error = await this.#exchange(snapshotRequest(entry.uid, entry.workloadInfo, netns), netns);
-        this.#snapshotAdds.get(entry.uid)?.ack.resolve(netns ? error : undefined);
-        if (error) this.log.warn({ conn: this.id, uid: entry.uid, ztunnelError: error }, 'ztunnel rejected a snapshot entry');
+      const answers = entries.map((entry) => this.#sendSnapshotEntry(entry));
+      const done = this.#exchange({ snapshotSent: {} });
+      for (const pending of [...answers, done]) pending.catch(() => {}); // the first failure is thrown below
+      for (const [i, answer] of answers.entries()) {
+        const error = await answer;
+        if (error) this.log.warn({ conn: this.id, uid: entries[i]!.uid, ztunnelError: error }, 'ztunnel rejected a snapshot entry');
       }
-      await this.#exchange({ snapshotSent: {} });
+      await done;
       this.#snapshotAdds.clear();
       this.#state = 'ready';
       this.log.info({ conn: this.id, pods: entries.length, helloVersion: this.helloVersion }, 'ztunnel snapshot sent');
@@ -136,6 +158,18 @@ export class ZdsConnection {
       this.close(`handshake failed: ${(err as Error).message}`);
       throw err;
     }
+  }
+
+  /** One snapshot entry, add or keep as its netns is when written; its ack answers a waiting ADD. */
+  async #sendSnapshotEntry(entry: SnapshotEntry): Promise<string> {
+    let asAdd = false;
+    const error = await this.#exchangeWhenWritten(() => {
+      const netns = entry.netns && !entry.netns.closed ? entry.netns : undefined;
+      asAdd = netns !== undefined;
+      return { req: snapshotRequest(entry.uid, entry.workloadInfo, netns), netns };
+    });
+    this.#snapshotAdds.get(entry.uid)?.ack.resolve(asAdd ? error : undefined);
+    return error;
   }
 
   /**
@@ -153,14 +187,16 @@ export class ZdsConnection {
     return this.request({ add: { uid, workloadInfo: info } }, netns);
   }
 
-  /** Sends one request after everything queued before it; resolves with ztunnel's ack error text ('' = ok). */
+  /**
+   * Sends one request after everything queued before it (its ack may still be due); resolves with
+   * ztunnel's ack error text ('' = ok).
+   */
   request(req: WorkloadRequest, netns?: FdSource): Promise<string> {
     // Nothing queued after the snapshot: send now, in this tick (a pod's ADD should not wait for a
     // microtask behind the rule install it runs alongside). Otherwise queue behind the others.
     const direct = this.#state === 'ready' && this.#queued === 0;
     this.#queued++;
     const run = (direct ? this.#exchange(req, netns) : this.#tail.then(() => this.#exchange(req, netns))).finally(() => this.#queued--);
-    this.#tail = run.catch(() => {});
     return run;
   }
 
@@ -174,12 +210,11 @@ export class ZdsConnection {
     this.#snapshotTaken.reject(err);
     for (const entry of this.#snapshotAdds.values()) entry.ack.reject(err);
     this.#snapshotAdds.clear();
-    const pending = this.#expect;
-    this.#expect = undefined;
-    if (pending) {
+    for (const pending of this.#expects.splice(0)) {
       clearTimeout(pending.timer);
       pending.reject(err);
     }
+    for (const wake of this.#slotWaiters.splice(0)) wake();
     this.log.info({ conn: this.id, reason }, 'ztunnel connection closed');
     this.onClose(this, reason);
   }
@@ -198,8 +233,28 @@ export class ZdsConnection {
     if (kind === 'snapshotSent' && this.#snapshotSent) fail('refusing to send a second snapshot_sent (ztunnel exits on it)');
   }
 
-  async #exchange(req: WorkloadRequest, netns?: FdSource): Promise<string> {
+  /**
+   * Writes the request (in request order, behind earlier writes) and resolves with ztunnel's ack
+   * text. The write of the next request does not wait for this one's ack.
+   */
+  #exchange(req: WorkloadRequest, netns?: FdSource): Promise<string> {
+    return this.#exchangeWhenWritten(() => ({ req, netns }));
+  }
+
+  /** The same, with the request decided right before it is written. */
+  #exchangeWhenWritten(outgoing: () => Outgoing): Promise<string> {
+    const written = this.#sendTail.then(() => this.#write(outgoing));
+    this.#sendTail = written.catch(() => {});
+    if (this.#state === 'ready') this.#tail = this.#sendTail; // public requests queue behind this write only
+    return written.then(({ req, ack, started }) => this.#answer(req, ack, started));
+  }
+
+  async #write(outgoing: () => Outgoing): Promise<{ req: WorkloadRequest; ack: Promise<Buffer>; started: bigint }> {
+    while (this.#expects.length >= MAX_IN_FLIGHT && this.#state !== 'closed') {
+      await new Promise<void>((resolve) => this.#slotWaiters.push(resolve));
+    }
     if (this.#state === 'closed') throw new ZdsError('ZDS_CONNECTION_CLOSED', `ztunnel connection ${this.id} is closed: ${this.#closeReason}`, true);
+    const { req, netns } = outgoing();
     this.#check(req, netns);
     const bytes = encodeRequest(req);
     if ('snapshotSent' in req) this.#snapshotSent = true;
@@ -212,7 +267,10 @@ export class ZdsConnection {
       throw new ZdsError('ZDS_WRITE_TIMEOUT', `sending ${requestKind(req)} to ztunnel failed: ${(err as Error).message}`, true, { cause: err });
     }
     this.requestsSent++;
-    const started = process.hrtime.bigint();
+    return { req, ack, started: process.hrtime.bigint() };
+  }
+
+  async #answer(req: WorkloadRequest, ack: Promise<Buffer>, started: bigint): Promise<string> {
     const reply = await ack.catch((err: unknown) => {
       this.onAck(requestKind(req), Number(process.hrtime.bigint() - started) / 1e9, false);
       throw err;
@@ -236,15 +294,22 @@ export class ZdsConnection {
 
   #next(timeoutMs: number, what: string): Promise<Buffer> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.#expect = undefined;
-        const err = new ZdsError('ZDS_ACK_TIMEOUT', `no ${what} from ztunnel within ${timeoutMs} ms`, true);
-        reject(err);
-        // Acks are matched by order: a late one would answer the next request. Start over instead.
-        this.close(err.message);
-      }, timeoutMs);
-      this.#expect = { resolve, reject, timer };
+      this.#expects.push({ resolve, reject, timeoutMs, what });
+      if (this.#expects.length === 1) this.#armHead();
     });
+  }
+
+  /** The deadline runs for the ack that is due next only (ztunnel answers one at a time). */
+  #armHead(): void {
+    const head = this.#expects[0];
+    if (!head || head.timer) return;
+    head.timer = setTimeout(() => {
+      const err = new ZdsError('ZDS_ACK_TIMEOUT', `no ${head.what} from ztunnel within ${head.timeoutMs} ms`, true);
+      this.#expects.shift();
+      head.reject(err);
+      // Acks are matched by order: a late one would answer the next request. Start over instead.
+      this.close(err.message);
+    }, head.timeoutMs);
   }
 
   #onDatagram(d: Datagram): void {
@@ -252,10 +317,11 @@ export class ZdsConnection {
     if (d.eof) return this.close('ztunnel closed the connection');
     if (d.truncated || d.controlTruncated) return this.close('protocol error: oversized datagram from ztunnel');
     if (d.fds.length > 0) return this.close('protocol error: ztunnel sent file descriptors');
-    const expect = this.#expect;
+    const expect = this.#expects.shift();
     if (!expect) return this.close('protocol error: unsolicited datagram from ztunnel');
-    this.#expect = undefined;
     clearTimeout(expect.timer);
+    this.#armHead();
+    this.#slotWaiters.shift()?.();
     expect.resolve(d.data);
   }
 }

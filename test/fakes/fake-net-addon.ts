@@ -6,7 +6,7 @@ import type { RawExecutorStats } from '../../src/addon/binding.js';
 import { systemError } from '../../src/addon/errors.js';
 import type { NetAddon, NetnsHandle, NetnsTarget } from '../../src/addon/net-addon.js';
 import type { NetnsChanges, NetnsWatch, WatchOptions } from '../../src/addon/netns-watch.js';
-import type { FwmarkRuleEntry, ResultsOf, RouteEntry, Step } from '../../src/addon/steps.js';
+import type { FwmarkRuleEntry, ResultsOf, RouteEntry, RoutingResult, RoutingStep, Step } from '../../src/addon/steps.js';
 
 export interface FakeNamespace {
   ino: number;
@@ -50,6 +50,8 @@ export class FakeNetAddon implements NetAddon {
   failOn: Failure = () => undefined;
   /** Each run waits this long before its steps take effect (an addon thread still busy). */
   runDelayMs = 0;
+  /** Makes every nftBatch step report a kernel refusal (the step then applies its script). */
+  refuseBatches = false;
   openFds = 0;
   #nextIno = 4026532000;
   #nextFd = 100;
@@ -92,6 +94,7 @@ export class FakeNetAddon implements NetAddon {
     return steps.map((step, i) => {
       const failure = this.failOn(step, name);
       if (failure) throw Object.assign(failure, { step: i, op: step.op });
+      if (step.op === 'routing') return this.#routing(ns, step, name, i);
       return this.#execute(ns, step);
     }) as ResultsOf<S>;
   }
@@ -137,6 +140,19 @@ export class FakeNetAddon implements NetAddon {
     return this.runs.filter((r) => r.target === path).flatMap((r) => r.steps);
   }
 
+  /** Each change runs like the single step of its kind (and failOn sees it as that step). */
+  #routing(ns: FakeNamespace, step: RoutingStep, target: string, index: number): RoutingResult {
+    const changes = step.changes.map((change) => {
+      const { kind, ...spec } = change;
+      const single = { op: kind, ...spec } as Step;
+      const failure = this.failOn(single, target);
+      if (failure) throw Object.assign(failure, { step: index, op: step.op });
+      const { changed, skipped } = this.#execute(ns, single) as { changed: boolean; skipped: boolean };
+      return { changed, skipped };
+    });
+    return { op: 'routing', changes };
+  }
+
   #execute(ns: FakeNamespace, step: Step): unknown {
     switch (step.op) {
       case 'nft':
@@ -146,6 +162,17 @@ export class FakeNetAddon implements NetAddon {
         return { op: 'nft', output: '' };
       case 'nftGeneration':
         return { op: step.op, generation: ns.nftGeneration };
+      case 'nftCompile':
+        // The fake's "compiled batch" is the text that built the tables, so an nftBatch step
+        // records the same history of nft scripts as the text path.
+        return { op: step.op, batch: new TextEncoder().encode(ns.nftScripts.at(-1) ?? '') };
+      case 'nftBatch': {
+        const before = ns.nftGeneration;
+        ns.nftScripts.push(this.refuseBatches ? step.script : new TextDecoder().decode(step.batch));
+        ns.nftGeneration++;
+        const refused = this.refuseBatches ? { fallbackReason: 'Invalid argument (NFT_MSG_NEWRULE)' } : {};
+        return { op: step.op, generationBefore: before, generation: ns.nftGeneration, fallback: this.refuseBatches, ...refused };
+      }
       case 'deleteNftTables':
         // Recorded as the nft text with the same effect, so tests read one history of nft changes.
         ns.nftScripts.push(step.tables.map((t) => `delete table ${step.family} ${t}`).join('\n'));

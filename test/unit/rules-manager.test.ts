@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { systemError } from '../../src/addon/errors.js';
+import type { RoutingStep } from '../../src/addon/steps.js';
 import { CanonicalListings } from '../../src/rules/canonical.js';
 import { IptablesInpodRules, countAgentRules } from '../../src/rules/iptables-manager.js';
 import { RuleOperationError } from '../../src/rules/manager.js';
@@ -22,15 +23,66 @@ describe('NftablesInpodRules', () => {
     pod = addon.addNetns(POD);
   });
 
-  it('applies in one visit: the golden transaction (between two generation reads), then the route, then the ip rule', async () => {
+  it('applies in one visit: the golden transaction (between two generation reads), then the route and the ip rule in one routing step', async () => {
     const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
     const ns = addon.openNetns(POD);
     expect(await manager.apply(ns, NO_OVERRIDES)).toEqual({ nftGeneration: 2 });
-    expect(addon.runs).toHaveLength(1);
-    expect(addon.runs[0]!.steps.map((s) => s.op)).toEqual(['setLinkUp', 'nftGeneration', 'nft', 'nftGeneration', 'replaceLocalRoute', 'addFwmarkRule']);
+    const podRuns = addon.runs.filter((r) => r.target === POD);
+    expect(podRuns).toHaveLength(1);
+    expect(podRuns[0]!.steps.map((s) => s.op)).toEqual(['setLinkUp', 'nftGeneration', 'nft', 'nftGeneration', 'routing']);
+    expect((podRuns[0]!.steps[4] as RoutingStep).changes.map((c) => c.kind)).toEqual(['replaceLocalRoute', 'addFwmarkRule']);
     expect(pod.nftScripts).toEqual([golden('default.golden')]);
     expect(pod.rules).toEqual([{ family: 4, mark: 0x111, mask: 0xfff, priority: 32764, table: 100 }]);
     expect(pod.routes).toEqual([expect.objectContaining({ family: 4, dev: 'lo', table: 100, type: 2 })]);
+  });
+
+  it('compiles the batch once per distinct transaction, from the golden text in a fresh netns, then sends it', async () => {
+    const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    await manager.prepare(NO_OVERRIDES);
+    await manager.prepare(NO_OVERRIDES);
+    const fresh = addon.runs.filter((r) => r.target === 'fresh');
+    expect(fresh).toHaveLength(1);
+    expect(fresh[0]!.steps).toEqual([
+      { op: 'nft', script: golden('default.golden') },
+      { op: 'nftCompile', family: 'inet', tables: ['istio-ambient-nat', 'istio-ambient-mangle', 'istio-ambient-raw'] },
+    ]);
+    const ns = addon.openNetns(POD);
+    expect(await manager.apply(ns, NO_OVERRIDES)).toEqual({ nftGeneration: 2 });
+    const podRuns = addon.runs.filter((r) => r.target === POD);
+    expect(podRuns.map((r) => r.steps.map((s) => s.op))).toEqual([['nftBatch', 'routing']]);
+    expect(podRuns[0]!.steps[0]).toMatchObject({ op: 'nftBatch', script: golden('default.golden') });
+    expect(pod.nftScripts).toEqual([golden('default.golden')]); // the fake's batch is the text it came from
+    expect(manager.batchFallbacks).toBe(0);
+  });
+
+  it('counts a batch the kernel refused (the step applied the text instead), and the stamp still holds', async () => {
+    const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    await manager.prepare(NO_OVERRIDES);
+    addon.refuseBatches = true;
+    expect(await manager.apply(addon.openNetns(POD), NO_OVERRIDES)).toEqual({ nftGeneration: 2 });
+    expect(manager.batchFallbacks).toBe(1);
+    expect(pod.nftScripts).toEqual([golden('default.golden')]);
+  });
+
+  it('the first pod of a new model does not wait for the compile: it gets the text, later pods the batch', async () => {
+    const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
+    await new Promise((resolve) => setImmediate(resolve));
+    await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
+    const podRuns = addon.runs.filter((r) => r.target === POD);
+    expect(podRuns.map((r) => r.steps[0]!.op)).toEqual(['nftGeneration', 'nftBatch']);
+  });
+
+  it('a compile that fails is not retried per pod: the text keeps serving', async () => {
+    const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    addon.failOn = (step) => (step.op === 'nftCompile' ? systemError('EPERM', -1, 'unshare', 'EPERM: Operation not permitted, unshare') : undefined);
+    for (let i = 0; i < 3; i++) {
+      await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    expect(addon.runs.filter((r) => r.target === 'fresh')).toHaveLength(1);
+    expect(addon.runs.filter((r) => r.target === POD).map((r) => r.steps[1]!.op)).toEqual(['nft', 'nft', 'nft']);
+    expect(pod.nftScripts).toHaveLength(3);
   });
 
   it('verify with a stamp skips the listing while the generation is unchanged, and lists once it moved', async () => {
@@ -88,7 +140,9 @@ describe('NftablesInpodRules', () => {
     expect(renderInpodNftablesDelete()).toContain('delete table inet istio-ambient-raw');
     expect(pod.rules).toEqual([]);
     expect(pod.routes).toEqual([]);
-    expect(addon.runs[1]!.steps.map((s) => s.op)).toEqual(['deleteNftTables', 'deleteFwmarkRule', 'deleteLocalRoute']);
+    const removeRun = addon.runs.filter((r) => r.target === POD)[1]!;
+    expect(removeRun.steps.map((s) => s.op)).toEqual(['deleteNftTables', 'routing']);
+    expect((removeRun.steps[1] as RoutingStep).changes.map((c) => c.kind)).toEqual(['deleteFwmarkRule', 'deleteLocalRoute']);
   });
 
   it('turns a failure into a RuleOperationError that keeps the system error code', async () => {
@@ -121,7 +175,7 @@ describe('NftablesInpodRules', () => {
       // In sync, with the stamp of the generation the listing was taken at (the next verify skips the listing).
       expect(await manager.verify(addon.openNetns(POD), NO_OVERRIDES)).toEqual({ inSync: true, missing: [], extra: [], stamp: { nftGeneration: pod.nftGeneration } });
       await manager.verify(addon.openNetns(POD), NO_OVERRIDES);
-      const freshRuns = addon.runs.filter((r) => r.target === 'fresh');
+      const freshRuns = addon.runs.filter((r) => r.target === 'fresh' && r.steps.some((s) => s.op === 'nft' && s.script === 'list ruleset'));
       expect(freshRuns).toHaveLength(1);
       expect(freshRuns[0]!.steps).toEqual([
         { op: 'nft', script: golden('default.golden') },
@@ -165,8 +219,9 @@ describe('IptablesInpodRules', () => {
   it('checks for leftovers, then brings lo up and adds route and rule before restoring (Istio iptables order)', async () => {
     const manager = new IptablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
     await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
-    expect(addon.runs.map((r) => r.steps.map((s) => s.op))).toEqual([['exec'], ['setLinkUp', 'replaceLocalRoute', 'addFwmarkRule', 'exec']]);
-    const restore = addon.runs[1]!.steps[3]!;
+    expect(addon.runs.map((r) => r.steps.map((s) => s.op))).toEqual([['exec'], ['setLinkUp', 'routing', 'exec']]);
+    expect((addon.runs[1]!.steps[1] as RoutingStep).changes.map((c) => c.kind)).toEqual(['replaceLocalRoute', 'addFwmarkRule']);
+    const restore = addon.runs[1]!.steps[2]!;
     expect(restore).toMatchObject({ op: 'exec', argv: ['iptables-restore', '--noflush', '-v'] });
     expect((restore as { input: string }).input).toBe(manager.restoreInputs(NO_OVERRIDES).v4);
   });

@@ -1,0 +1,216 @@
+// zds-peer: a native ZDS client for benchmarks, doing what ztunnel does between an add and its
+// ack (zds-protocol.md): hello, then for each add fstat the netns fd, bind the in-pod listeners
+// inside that netns on a worker thread, ack; del closes them; snapshot_sent drops pods the
+// snapshot did not mention. It reconnects (20 ms doubling to 1 s) when the agent goes away.
+// Usage: zds-peer <socket path>. One status line per event on stdout (for the benchmark):
+//   connected <n> | snapshot <pods> | add <uid> <namespace>/<name> <add->ack µs> | del <uid> | nack <uid> <why>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "listeners.h"
+#include "wire.h"
+
+namespace zds_peer {
+namespace {
+
+constexpr size_t kMaxMessage = 1024;  // ztunnel's receive buffer
+
+struct Pod {
+  int netns_fd = -1;
+  PodSockets sockets;
+};
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+class Peer {
+ public:
+  explicit Peer(std::string path) : path_(std::move(path)) {}
+
+  [[noreturn]] void Run() {
+    for (int64_t backoff_ms = 20;; backoff_ms = backoff_ms * 2 > 1000 ? 1000 : backoff_ms * 2) {
+      int fd = Connect();
+      if (fd < 0) {
+        usleep(static_cast<useconds_t>(backoff_ms * 1000));
+        continue;
+      }
+      backoff_ms = 10;
+      printf("connected %d\n", ++connections_);
+      Serve(fd);
+      close(fd);
+    }
+  }
+
+ private:
+  int Connect() {
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (fd < 0 || path_.size() >= sizeof(addr.sun_path)) return fd < 0 ? -1 : (close(fd), -1);
+    memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      return -1;
+    }
+    std::string hello = EncodeHello();
+    if (send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) < 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
+  // One request per datagram, answered in order; returns at EOF or on a socket error.
+  void Serve(int sock) {
+    std::set<std::string> in_snapshot;
+    bool snapshot_done = false;
+    for (;;) {
+      uint8_t buf[kMaxMessage];
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 2)];
+      iovec iov{buf, sizeof(buf)};
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+      int64_t received = NowNs();
+      int fd = ReceivedFd(&msg);
+      if (n <= 0) {
+        if (fd >= 0) close(fd);
+        return;  // EOF (or an empty datagram, which ztunnel also treats as EOF)
+      }
+      std::string error = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? "received truncated message" : "";
+      Request req;
+      if (error.empty() && !DecodeRequest(buf, static_cast<size_t>(n), &req, &error)) req.kind = RequestKind::kNone;
+      if (error.empty()) error = Apply(req, fd, &in_snapshot, &snapshot_done);
+      else if (fd >= 0) close(fd);
+      std::string ack = EncodeAck(error);
+      if (send(sock, ack.data(), ack.size(), MSG_NOSIGNAL) < 0) return;
+      Report(req, error, received);
+    }
+  }
+
+  static int ReceivedFd(msghdr* msg) {
+    int fd = -1;
+    for (cmsghdr* c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; i++) {
+        int got;
+        memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (fd < 0) fd = got;
+        else close(got);  // more than one fd: keep the first, the request is refused below
+      }
+    }
+    return fd;
+  }
+
+  std::string Apply(const Request& req, int fd, std::set<std::string>* in_snapshot, bool* snapshot_done) {
+    if (req.kind != RequestKind::kAdd && fd >= 0) {
+      close(fd);
+      return "unexpected fd";
+    }
+    switch (req.kind) {
+      case RequestKind::kAdd: {
+        if (fd < 0) return "add without a netns fd";
+        if (!*snapshot_done) in_snapshot->insert(req.uid);
+        return Add(req.uid, fd);
+      }
+      case RequestKind::kKeep:
+        if (!*snapshot_done) in_snapshot->insert(req.uid);
+        return pods_.count(req.uid) ? "" : "keep for an unknown workload";
+      case RequestKind::kDel:
+        Remove(req.uid);
+        return "";
+      case RequestKind::kSnapshotSent:
+        for (auto it = pods_.begin(); it != pods_.end();) {
+          if (in_snapshot->count(it->first)) {
+            ++it;
+            continue;
+          }
+          CloseAll(&it->second.sockets);
+          close(it->second.netns_fd);
+          it = pods_.erase(it);
+        }
+        *snapshot_done = true;
+        return "";
+      case RequestKind::kNone: break;
+    }
+    return "unknown request";
+  }
+
+  std::string Add(const std::string& uid, int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+      close(fd);
+      return std::string("fstat: ") + strerror(errno);
+    }
+    Remove(uid);  // a new add replaces the old proxy (ztunnel does the same)
+    Pod pod;
+    pod.netns_fd = fd;
+    std::string error;
+    if (!worker_.BindListeners(fd, &pod.sockets, &error)) {
+      close(fd);
+      return error;
+    }
+    pods_[uid] = std::move(pod);
+    return "";
+  }
+
+  void Remove(const std::string& uid) {
+    auto it = pods_.find(uid);
+    if (it == pods_.end()) return;
+    CloseAll(&it->second.sockets);
+    close(it->second.netns_fd);
+    pods_.erase(it);
+  }
+
+  void Report(const Request& req, const std::string& error, int64_t received) {
+    int64_t us = (NowNs() - received) / 1000;
+    if (!error.empty()) {
+      printf("nack %s %s\n", req.uid.empty() ? "-" : req.uid.c_str(), error.c_str());
+      return;
+    }
+    switch (req.kind) {
+      case RequestKind::kAdd:
+        printf("add %s %s/%s %lld\n", req.uid.c_str(), req.pod_namespace.c_str(), req.name.c_str(), static_cast<long long>(us));
+        break;
+      case RequestKind::kDel: printf("del %s\n", req.uid.c_str()); break;
+      case RequestKind::kSnapshotSent: printf("snapshot %zu\n", pods_.size()); break;
+      default: break;
+    }
+  }
+
+  std::string path_;
+  int connections_ = 0;
+  std::map<std::string, Pod> pods_;
+  NetnsWorker worker_;
+};
+
+}  // namespace
+}  // namespace zds_peer
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s <ZDS socket path>\n", argv[0]);
+    return 2;
+  }
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  signal(SIGPIPE, SIG_IGN);
+  zds_peer::Peer(argv[1]).Run();
+}
