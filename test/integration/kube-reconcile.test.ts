@@ -113,7 +113,7 @@ describe('Kubernetes mode: live reconciliation', () => {
     const applied = ns.nftScripts.length;
     // Someone changes the pod's nftables, and every nft operation there now fails.
     ns.nftGeneration++;
-    addon.failOn = (step, target) => (target === '/var/run/netns/web' && step.op === 'nft' ? new Error('EPERM: nft refused') : undefined);
+    addon.failOn = (step, target) => (target === '/var/run/netns/web' && (step.op === 'nft' || step.op === 'nftBatch') ? new Error('EPERM: nft refused') : undefined);
     addon.notify('/var/run/netns/web');
     await until(() => annotation('web') === 'pending', 'annotation pending');
     expect(agent!.reconciler.status('uid-web')).toMatchObject({ failing: true });

@@ -60,15 +60,16 @@ describe('PodEnroller (standalone mode)', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('ADD: the pod is recorded before ztunnel hears of it, its rules are installed, and ztunnel gets it with service account default', async () => {
+  it('ADD: rules installed, ztunnel gets it with service account default, and the pod is recorded once (with the stamp) before the ADD is answered', async () => {
     const ns = addon.addNetns('/var/run/netns/a');
-    let recordedFirst = false;
+    let recordedBeforeAck = true;
     zds.failAdd = (uid) => {
-      recordedFirst = store.get(uid) !== undefined;
+      recordedBeforeAck = store.get(uid) !== undefined;
       return undefined;
     };
     await enroller().add(cniPod('a'));
-    expect(recordedFirst).toBe(true);
+    // One state write per ADD (issue 14): after the rules and ztunnel's ack, not before them.
+    expect(recordedBeforeAck).toBe(false);
     expect(ns.nftScripts).toHaveLength(1);
     expect(zds.calls).toEqual([
       { op: 'add', uid: 'uid-a', info: { name: 'a', namespace: 'shop', serviceAccount: 'default' }, fdOpen: true },

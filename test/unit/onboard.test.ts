@@ -11,8 +11,9 @@ import { FakeZdsSink } from '../fakes/fake-zds-sink.js';
 
 const PATH = '/var/run/netns/pod-a';
 const POD = { uid: 'uid-a', name: 'a', namespace: 'shop', serviceAccount: 'web' };
+/** The rules fail whichever way they go in: the text (first pod of a model) or the prebuilt batch. */
 const nftFails = (step: { op: string }): Error | undefined =>
-  step.op === 'nft' ? systemError('EPERM', -1, 'nft', 'EPERM: operation not permitted') : undefined;
+  step.op === 'nft' || step.op === 'nftBatch' ? systemError('EPERM', -1, 'nft', 'EPERM: operation not permitted') : undefined;
 
 describe('onboardPod', () => {
   let addon: FakeNetAddon;

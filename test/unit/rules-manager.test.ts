@@ -49,8 +49,8 @@ describe('NftablesInpodRules', () => {
     const ns = addon.openNetns(POD);
     expect(await manager.apply(ns, NO_OVERRIDES)).toEqual({ nftGeneration: 2 });
     const podRuns = addon.runs.filter((r) => r.target === POD);
-    expect(podRuns.map((r) => r.steps.map((s) => s.op))).toEqual([['nftBatch', 'routing']]);
-    expect(podRuns[0]!.steps[0]).toMatchObject({ op: 'nftBatch', script: golden('default.golden') });
+    expect(podRuns.map((r) => r.steps.map((s) => s.op))).toEqual([['setLinkUp', 'nftBatch', 'routing']]);
+    expect(podRuns[0]!.steps[1]).toMatchObject({ op: 'nftBatch', script: golden('default.golden') });
     expect(pod.nftScripts).toEqual([golden('default.golden')]); // the fake's batch is the text it came from
     expect(manager.batchFallbacks).toBe(0);
   });
@@ -70,7 +70,7 @@ describe('NftablesInpodRules', () => {
     await new Promise((resolve) => setImmediate(resolve));
     await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
     const podRuns = addon.runs.filter((r) => r.target === POD);
-    expect(podRuns.map((r) => r.steps[0]!.op)).toEqual(['nftGeneration', 'nftBatch']);
+    expect(podRuns.map((r) => r.steps[1]!.op)).toEqual(['nftGeneration', 'nftBatch']);
   });
 
   it('a compile that fails is not retried per pod: the text keeps serving', async () => {
@@ -81,7 +81,7 @@ describe('NftablesInpodRules', () => {
       await new Promise((resolve) => setImmediate(resolve));
     }
     expect(addon.runs.filter((r) => r.target === 'fresh')).toHaveLength(1);
-    expect(addon.runs.filter((r) => r.target === POD).map((r) => r.steps[1]!.op)).toEqual(['nft', 'nft', 'nft']);
+    expect(addon.runs.filter((r) => r.target === POD).map((r) => r.steps[2]!.op)).toEqual(['nft', 'nft', 'nft']);
     expect(pod.nftScripts).toHaveLength(3);
   });
 
@@ -122,7 +122,7 @@ describe('NftablesInpodRules', () => {
       await manager.apply(ns, NO_OVERRIDES);
       expect(pod.loUp).toBe(true);
       expect(pod.routes.map((r) => r.family).sort()).toEqual([4, 6]);
-      const applyRun = addon.runs.find((r) => r.steps.some((s) => s.op === 'replaceLocalRoute'));
+      const applyRun = addon.runs.find((r) => r.steps.some((s) => s.op === 'routing'));
       expect(applyRun?.steps[0]).toEqual({ op: 'setLinkUp', dev: 'lo' });
       expect((await manager.verify(ns, NO_OVERRIDES)).missing.filter((d) => d.kind === 'route')).toEqual([]);
     });
