@@ -39,6 +39,8 @@ export interface EnrollerDeps {
 }
 
 const RESTORE_CONCURRENCY = 8;
+/** After this long without ztunnel's ack (rules in place), the pod is recorded while it waits. */
+const RECORD_WAITING_POD_MS = 1_000;
 /** Standalone mode has no service accounts to read; every pod gets `default`. */
 const STANDALONE_SERVICE_ACCOUNT = 'default';
 
@@ -87,8 +89,25 @@ export class PodEnroller {
         const netns = this.#open(pod.netnsPath);
         const wasStored = this.deps.store.get(pod.uid) !== undefined;
         let applied: { stamp: RulesStamp | undefined } | undefined;
+        let persisted = false;
+        const persist = (stamp: RulesStamp | undefined): void => {
+          if (persisted) return;
+          this.#persist(pod, netns, stamp, wasStored);
+          persisted = true;
+        };
+        // A pod whose ztunnel ack is slow (a ztunnel restart, a hung ztunnel) is recorded while it
+        // waits, well before its ADD is answered late: it stays registered for the next snapshot,
+        // and a restart meanwhile must know it. A failed write here is left to the final one.
+        let slowTimer: NodeJS.Timeout | undefined;
         const onRulesApplied = (stamp: RulesStamp | undefined): void => {
           applied = { stamp };
+          slowTimer = setTimeout(() => {
+            try {
+              persist(stamp);
+            } catch (err) {
+              this.#log.warn({ ...where, err: (err as Error).message }, 'could not record a pod still waiting for ztunnel');
+            }
+          }, RECORD_WAITING_POD_MS);
         };
         let result: Awaited<ReturnType<typeof onboardPod>>;
         try {
@@ -97,13 +116,15 @@ export class PodEnroller {
         } catch (err) {
           // ztunnel failed (or its wait ran out) after the rules went in: the pod stays registered
           // for ztunnel's next snapshot, so it is recorded (a restart must know it too); the ADD fails.
-          if (applied) this.#persist(pod, netns, applied.stamp, wasStored);
+          if (applied) persist(applied.stamp);
           throw err;
+        } finally {
+          clearTimeout(slowTimer);
         }
         const { rulesMs, zdsMs, stamp } = result;
         // One write per ADD, with the rules' stamp, before the ADD is answered: an answered ADD is
         // always on disk. A crash before this point fails the ADD, and the runtime retries it.
-        this.#persist(pod, netns, stamp, wasStored);
+        persist(stamp);
         // Logged once the ADD is answered (the answer goes out in this turn's microtasks): a write
         // to stdout wakes whoever reads it, and the pod need not wait for that.
         setImmediate(() => this.#log.info({ ...where, rulesMs, zdsMs, netnsIno: netns.ino }, 'pod enrolled'));

@@ -6,6 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoPrerequisites, DemoEnvironment } from '../../src/demo/environment.js';
 import { ZtunnelStandIn } from '../../src/demo/ztunnel/zds-client.js';
+import { debugSocketPath, getDebug } from '../../src/agent/debug-server.js';
 import {
   agentRules,
   checkRules,
@@ -105,16 +106,21 @@ describe.skipIf(skip)(`ADDs across a ztunnel restart${reason}`, () => {
     await killZtunnel();
     const batch = newPods('gap', 10);
     const run = new CniDriverRun(env, batch.map((p) => ({ id: p.uid, pod: p.cni, commands: ['ADD'] })));
-    // ztunnel is back 1 s after the first ADD reached the agent (a pod's state file is written in
-    // the same tick as it starts waiting). On a loaded machine bridge + host-local may deliver the
-    // last ones after that: those find the new connection and do not wait.
-    await waitUntil(() => batch.some((p) => existsSync(stateFileOf(env.runDir, p.uid))), 10_000, 'the first ADD in the agent');
+    // ztunnel is back 1 s after the first ADD reached the agent (registered, waiting for ztunnel:
+    // /debug/pods lists it). On a loaded machine bridge + host-local may deliver the last ones
+    // after that: those find the new connection and do not wait.
+    const uids = new Set(batch.map((p) => p.uid));
+    const registered = async (): Promise<number> => {
+      const { body } = await getDebug(debugSocketPath(env.runDir), '/debug/pods');
+      return (JSON.parse(body) as { pods: Array<{ uid: string }> }).pods.filter((p) => uids.has(p.uid)).length;
+    };
+    await waitUntil(async () => (await registered()) > 0, 10_000, 'the first ADD in the agent');
     // Meanwhile health and readiness answer at once (a ztunnel is not required, as in Istio).
     const probeStart = Date.now();
     const ready = await fetch(`http://127.0.0.1:${env.healthPort}/readyz`);
     expect({ status: ready.status, fast: Date.now() - probeStart < 500 }).toEqual({ status: 200, fast: true });
     await sleep(1000 - (Date.now() - probeStart));
-    const waiting = batch.filter((p) => existsSync(stateFileOf(env.runDir, p.uid))).length;
+    const waiting = await registered();
     expect(run.lines.filter((l) => l.ok), 'no ADD succeeded while ztunnel is gone').toEqual([]);
     const back = startZtunnel();
     await run.done;

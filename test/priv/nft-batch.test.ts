@@ -90,7 +90,7 @@ describe.skipIf(skip)(`prebuilt nf_tables batches${skip ? ` — skipped: ${skip}
       const stamp = await manager.apply(ns, NO_OVERRIDES);
       expect(stamp).toBeDefined();
       expect(manager.batchFallbacks).toBe(0);
-      expect(await manager.verify(ns, NO_OVERRIDES, stamp)).toEqual({ inSync: true, missing: [], extra: [] });
+      expect(await manager.verify(ns, NO_OVERRIDES, stamp)).toEqual({ inSync: true, missing: [], extra: [], stamp });
       execIn(pod.name, ['nft', 'flush', 'chain', 'inet', 'istio-ambient-nat', 'istio-output']);
       const drift = await manager.verify(ns, NO_OVERRIDES, stamp);
       expect(drift.inSync).toBe(false);

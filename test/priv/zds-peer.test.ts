@@ -41,6 +41,8 @@ describe.skipIf(skip)(`native ZDS peer${skip ? ` — skipped: ${skip}` : ''}`, (
       expect(listening(a.name)).toEqual(LISTENERS);
       await registry.add({ uid: 'uid-b', name: 'b', namespace: 'bench', serviceAccount: 'sa' }, addon.openNetns(b.path));
       expect(listening(b.name)).toEqual(LISTENERS);
+      // The peer reports each pod on its stdout after acking it: that line may trail the ack.
+      await peer.waitFor(() => peer.pods.size === 2, 5000, 'both pods reported by the peer');
       expect([...peer.pods.keys()].sort()).toEqual(['uid-a', 'uid-b']);
       expect(peer.addAckMs).toHaveLength(2);
       expect(peer.addAckMs.every((ms) => ms > 0 && ms < 1000)).toBe(true);
