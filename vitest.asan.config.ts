@@ -26,7 +26,9 @@ if (env.LD_PRELOAD !== env.ASAN_PRELOAD) delete env.AMBIENT_NATIVE_ADDON;
 delete env.LD_PRELOAD;
 `;
 process.env['LD_PRELOAD'] = preload;
-process.env['NODE_OPTIONS'] = [process.env['NODE_OPTIONS'], `--import=data:text/javascript,${encodeURIComponent(scrub)}`].filter(Boolean).join(' ');
+process.env['NODE_OPTIONS'] = [process.env['NODE_OPTIONS'], `--import=data:text/javascript,${encodeURIComponent(scrub)}`]
+  .filter(Boolean)
+  .join(' ');
 
 /**
  * Not run under the sanitizers: the soak measures the RSS growth of the normal allocator over

@@ -61,9 +61,19 @@ function iptablesCommands(inputs: IstioInputs): Command[] {
     ...routing(inputs.ipv6),
     { text: 'iptables-save', source: state, step: exec(['iptables-save']) },
     { text: 'ip6tables-save', source: state, step: exec(['ip6tables-save']) },
-    { text: 'iptables-restore --noflush -v < (v4 rules)', source: restore, step: exec(['iptables-restore', '--noflush', '-v'], inputs.restoreV4) },
+    {
+      text: 'iptables-restore --noflush -v < (v4 rules)',
+      source: restore,
+      step: exec(['iptables-restore', '--noflush', '-v'], inputs.restoreV4),
+    },
     ...(inputs.ipv6 && inputs.restoreV6 !== undefined
-      ? [{ text: 'ip6tables-restore --noflush -v < (v6 rules)', source: `${restore} (EnableIPv6)`, step: exec(['ip6tables-restore', '--noflush', '-v'], inputs.restoreV6) }]
+      ? [
+          {
+            text: 'ip6tables-restore --noflush -v < (v6 rules)',
+            source: `${restore} (EnableIPv6)`,
+            step: exec(['ip6tables-restore', '--noflush', '-v'], inputs.restoreV6),
+          },
+        ]
       : []),
   ];
 }
@@ -75,11 +85,16 @@ function iptablesCommands(inputs: IstioInputs): Command[] {
  * probe only if the first fails, not on this kernel); the transaction itself is `nft -f -`.
  */
 function nftablesCommands(inputs: IstioInputs): Command[] {
-  const knft = 'sigs.k8s.io/knftables@v0.0.21 nftables.go newInternal (via tools/istio-nftables/pkg/builder NewNftImpl, from cni/pkg/nftables/nftables.go executeCommands)';
+  const knft =
+    'sigs.k8s.io/knftables@v0.0.21 nftables.go newInternal (via tools/istio-nftables/pkg/builder NewNftImpl, from cni/pkg/nftables/nftables.go executeCommands)';
   return [
     { text: 'nft --version', source: knft, step: exec(['nft', '--version']) },
     { text: `nft --check -f - < '${KNFTABLES_PROBE.trim()}'`, source: knft, step: exec(['nft', '--check', '-f', '-'], KNFTABLES_PROBE) },
-    { text: 'nft -f - < (the in-pod transaction)', source: 'sigs.k8s.io/knftables@v0.0.21 nftables.go realNFTables.Run (cni/pkg/nftables/nftables.go executeCommands)', step: exec(['nft', '-f', '-'], inputs.nftScript) },
+    {
+      text: 'nft -f - < (the in-pod transaction)',
+      source: 'sigs.k8s.io/knftables@v0.0.21 nftables.go realNFTables.Run (cni/pkg/nftables/nftables.go executeCommands)',
+      step: exec(['nft', '-f', '-'], inputs.nftScript),
+    },
     ...routing(inputs.ipv6),
   ];
 }
@@ -91,7 +106,10 @@ function commands(backend: IstioBackend, inputs: IstioInputs): Command[] {
 /** Runs Istio's sequence for one pod in `ns` (one visit, as Istio's locked thread); throws on any failure. */
 export async function runIstioSequence(addon: NetAddon, ns: NetnsHandle, backend: IstioBackend, inputs: IstioInputs): Promise<void> {
   const cmds = commands(backend, inputs);
-  const results = await addon.run(ns, cmds.map((c) => c.step));
+  const results = await addon.run(
+    ns,
+    cmds.map((c) => c.step),
+  );
   results.forEach((result, i) => {
     const r = result as Partial<ExecResult>;
     if (r.op === 'exec' && r.exitCode !== 0) {
@@ -104,7 +122,9 @@ export async function runIstioSequence(addon: NetAddon, ns: NetnsHandle, backend
 export function describeIstioSequence(backend: IstioBackend, inputs: IstioInputs, withZds: boolean): string[] {
   const lines = commands(backend, inputs).map((c, i) => `${i + 1}. ${c.text}  [${c.source}]`);
   if (withZds) {
-    lines.push(`${lines.length + 1}. ZDS WorkloadRequest{add} with the netns fd, wait for the ack  [cni/pkg/nodeagent/net_linux.go AddPodToMesh -> sendPodToZtunnelAndWaitForAck -> ztunnelserver_linux.go PodAdded]`);
+    lines.push(
+      `${lines.length + 1}. ZDS WorkloadRequest{add} with the netns fd, wait for the ack  [cni/pkg/nodeagent/net_linux.go AddPodToMesh -> sendPodToZtunnelAndWaitForAck -> ztunnelserver_linux.go PodAdded]`,
+    );
   }
   return lines;
 }

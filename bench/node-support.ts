@@ -58,7 +58,12 @@ export class BenchPods {
    * not from this process. Every pod counts as added afterwards (DEL is idempotent).
    */
   async addConcurrently(pods: BenchPod[], only: 'chain' | 'istio-cni' = 'chain'): Promise<DriverOutput> {
-    const input: DriverInput = { nodeNetns: this.#nodePath, pluginDirs: this.#pluginDirs, conflist: this.#conflist, pods: pods.map((p) => p.cni) };
+    const input: DriverInput = {
+      nodeNetns: this.#nodePath,
+      pluginDirs: this.#pluginDirs,
+      conflist: this.#conflist,
+      pods: pods.map((p) => p.cni),
+    };
     if (only === 'istio-cni') {
       // Our entry of the chain alone, with the result bridge + host-local would have passed on.
       const list = this.#conflist as { plugins: Array<{ type: string }> };
@@ -150,7 +155,6 @@ export class BenchPods {
 }
 
 // ---- the agent process ----------------------------------------------------------------------
-
 
 export interface Footprint {
   rssMb: number;
@@ -273,7 +277,9 @@ export function cdfSvg(title: string, series: readonly CdfSeries[]): string {
   }
   out.push(`<rect x="${L}" y="${T}" width="${W - L - R}" height="${H - T - B}" fill="none" stroke="#333"/>`);
   out.push(`<text x="${(L + W - R) / 2}" y="${H - B + 34}" text-anchor="middle">latency per pod, ms (log scale)</text>`);
-  out.push(`<text x="16" y="${(T + H - B) / 2}" text-anchor="middle" transform="rotate(-90 16 ${(T + H - B) / 2})">fraction of pods</text>`);
+  out.push(
+    `<text x="16" y="${(T + H - B) / 2}" text-anchor="middle" transform="rotate(-90 16 ${(T + H - B) / 2})">fraction of pods</text>`,
+  );
   series.forEach((s, i) => {
     const sorted = [...s.samples].filter((v) => Number.isFinite(v)).sort((a, b) => a - b);
     if (sorted.length > 0) {

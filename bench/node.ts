@@ -130,7 +130,13 @@ async function onboarding(r: Results, pods: BenchPods, metricsPort: number | und
   r.peerAck.push(...peer.addAckMs.slice(acksBefore));
 }
 
-async function burst(peer: NativeZdsPeer, pods: BenchPods, metricsPort: number | undefined, only: 'chain' | 'istio-cni', count = BURST): Promise<BurstResult> {
+async function burst(
+  peer: NativeZdsPeer,
+  pods: BenchPods,
+  metricsPort: number | undefined,
+  only: 'chain' | 'istio-cni',
+  count = BURST,
+): Promise<BurstResult> {
   const prepared: BenchPod[] = [];
   for (let i = 0; i < count; i++) prepared.push(await pods.prepare());
   const runningBefore = runningBenchPods(peer);
@@ -140,7 +146,9 @@ async function burst(peer: NativeZdsPeer, pods: BenchPods, metricsPort: number |
   const perPod = out.results.flatMap((x) => ('ms' in x ? [x.ms] : []));
   const failed = out.results.flatMap((x) => ('error' in x ? [x.error] : []));
   if (failed.length > 0) {
-    throw new Error(`${failed.length}/${count} concurrent ADDs failed after ${wallMs.toFixed(0)} ms (${perPod.length} ok); first: ${failed[0]}`);
+    throw new Error(
+      `${failed.length}/${count} concurrent ADDs failed after ${wallMs.toFixed(0)} ms (${perPod.length} ok); first: ${failed[0]}`,
+    );
   }
   const after = metricsPort !== undefined ? await scrapeOnboarding(metricsPort) : undefined;
   const agentP50Ms = before && after ? histogramQuantileMs(before, after, 0.5) : NaN;
@@ -180,8 +188,7 @@ async function restart(r: Results, env: DemoEnvironment, standIn: NativeZdsPeer)
   let connectedMs = NaN;
   let snapshotMs = NaN;
   const deadline = Date.now() + 30_000;
-  const snapshotDone = (): boolean =>
-    standIn.connectionCount > oldConn && standIn.ready && runningBenchPods(standIn) >= expected;
+  const snapshotDone = (): boolean => standIn.connectionCount > oldConn && standIn.ready && runningBenchPods(standIn) >= expected;
   while (Date.now() < deadline && (Number.isNaN(readyMs) || Number.isNaN(snapshotMs))) {
     if (Number.isNaN(connectedMs) && standIn.connectionCount > oldConn) connectedMs = elapsedMs(start);
     if (Number.isNaN(snapshotMs) && snapshotDone()) snapshotMs = elapsedMs(start);
@@ -227,7 +234,12 @@ async function baseline(r: Results, env: DemoEnvironment, pool: NetnsPool, n: nu
   const iptRules = new IptablesInpodRules(env.addon, settings);
   const script = nftRules.script(NO_OVERRIDES);
   const restore = iptRules.restoreInputs(NO_OVERRIDES);
-  const inputs: IstioInputs = { ipv6: true, nftScript: script, restoreV4: restore.v4, ...(restore.v6 !== undefined ? { restoreV6: restore.v6 } : {}) };
+  const inputs: IstioInputs = {
+    ipv6: true,
+    nftScript: script,
+    restoreV4: restore.v4,
+    ...(restore.v6 !== undefined ? { restoreV6: restore.v6 } : {}),
+  };
   r.istioInputs = inputs;
   await nftRules.warmUp();
   const zds = await baselineZds(env);
@@ -242,12 +254,14 @@ async function baseline(r: Results, env: DemoEnvironment, pool: NetnsPool, n: nu
       await pool.destroy(ns);
     }
   };
-  const withAck = (backend: 'iptables' | 'nftables') => async (_ns: BenchNetns, handle: ReturnType<typeof env.addon.openNetns>): Promise<void> => {
-    await runIstioSequence(env.addon, handle, backend, inputs);
-    const uid = `baseline-${++seq}`;
-    await zds.server.podAdded(uid, { name: uid, namespace: 'baseline', serviceAccount: 'default' }, handle);
-    zds.server.podDeleted(uid).catch(() => undefined); // untimed; the peer closes the listeners
-  };
+  const withAck =
+    (backend: 'iptables' | 'nftables') =>
+    async (_ns: BenchNetns, handle: ReturnType<typeof env.addon.openNetns>): Promise<void> => {
+      await runIstioSequence(env.addon, handle, backend, inputs);
+      const uid = `baseline-${++seq}`;
+      await zds.server.podAdded(uid, { name: uid, namespace: 'baseline', serviceAccount: 'default' }, handle);
+      zds.server.podDeleted(uid).catch(() => undefined); // untimed; the peer closes the listeners
+    };
   const iptExec = async (ns: BenchNetns): Promise<void> => {
     for (const argv of routingExecs(ns)) await execTool(argv);
     await execTool(nsenter(ns, ['iptables-restore', '--noflush']), restore.v4);
@@ -291,7 +305,11 @@ function row(label: string, s: Summary | undefined): string {
 
 function tool(argv: string[]): string {
   try {
-    return execFileSync(argv[0] ?? '', argv.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }).trim().split('\n')[0] ?? '';
+    return (
+      execFileSync(argv[0] ?? '', argv.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] })
+        .trim()
+        .split('\n')[0] ?? ''
+    );
   } catch {
     return `${argv[0]}: unavailable`;
   }
@@ -455,8 +473,13 @@ async function main(): Promise<void> {
   const problem = demoPrerequisites();
   if (problem) throw new Error(problem);
   const r: Results = {
-    pods: readPods(), total: [], agent: [], zds: [], peerAck: [],
-    baseline: { iptExec: [], nftExec: [], inProcess: [], istioIpt: [], istioNft: [] }, notes: [],
+    pods: readPods(),
+    total: [],
+    agent: [],
+    zds: [],
+    peerAck: [],
+    baseline: { iptExec: [], nftExec: [], inProcess: [], istioIpt: [], istioNft: [] },
+    notes: [],
   };
   const only = readPhases();
   const wanted = (name: string): boolean => only === undefined || only.has(name);
@@ -502,7 +525,12 @@ async function main(): Promise<void> {
     if (pid !== undefined) {
       r.agentPid = pid;
       for (const port of listeningPorts(pid).filter((p) => p !== env.healthPort)) {
-        if (await scrapeOnboarding(port).then(() => true, () => false)) {
+        if (
+          await scrapeOnboarding(port).then(
+            () => true,
+            () => false,
+          )
+        ) {
           metricsPort = port;
           break;
         }
@@ -528,19 +556,27 @@ async function main(): Promise<void> {
     };
     const bp = pods;
     await phase('onboarding', () => onboarding(r, bp, metricsPort, zdsPeer));
-    await phase('agent log', async () => {
-      // The enroller's 'pod enrolled' line per pod carries zdsMs (send -> ztunnel ack).
-      for (const line of readFileSync(env.agentLog, 'utf8').split('\n')) {
-        if (!line.includes('"pod enrolled"')) continue;
-        const rec = JSON.parse(line) as { pod?: string; zdsMs?: number };
-        const k = Number(/^bench\/p(\d+)$/.exec(rec.pod ?? '')?.[1] ?? NaN);
-        if (k <= r.pods && typeof rec.zdsMs === 'number') r.zds.push(rec.zdsMs);
-      }
-    }, 'onboarding');
-    await phase('burst (istio-cni only)', async () => {
-      r.burstOurs = await burst(zdsPeer, bp, metricsPort, 'istio-cni');
-      await bp.removeAll();
-    }, 'burst');
+    await phase(
+      'agent log',
+      async () => {
+        // The enroller's 'pod enrolled' line per pod carries zdsMs (send -> ztunnel ack).
+        for (const line of readFileSync(env.agentLog, 'utf8').split('\n')) {
+          if (!line.includes('"pod enrolled"')) continue;
+          const rec = JSON.parse(line) as { pod?: string; zdsMs?: number };
+          const k = Number(/^bench\/p(\d+)$/.exec(rec.pod ?? '')?.[1] ?? NaN);
+          if (k <= r.pods && typeof rec.zdsMs === 'number') r.zds.push(rec.zdsMs);
+        }
+      },
+      'onboarding',
+    );
+    await phase(
+      'burst (istio-cni only)',
+      async () => {
+        r.burstOurs = await burst(zdsPeer, bp, metricsPort, 'istio-cni');
+        await bp.removeAll();
+      },
+      'burst',
+    );
     if (await phase('burst', async () => void (r.burst = await burst(zdsPeer, bp, metricsPort, 'chain')))) {
       if (!wanted('restart')) r.notes.push('restart skipped (BENCH_PHASES)');
       if (pid !== undefined) r.with110 = footprint(pid);
@@ -549,23 +585,27 @@ async function main(): Promise<void> {
       if (newPid !== undefined) r.afterRestart = footprint(newPid);
     }
     await bp.removeAll();
-    await phase(`node of ${BIG_NODE} pods`, async () => {
-      const big: NonNullable<Results['big']> = {};
-      r.big = big;
-      try {
-        // The agent restarted above (a new metrics port): this burst is timed from the driver only.
-        big.burst = await burst(zdsPeer, bp, undefined, 'istio-cni', BIG_NODE);
-        if (big.burst.standInPods < BIG_NODE) throw new Error(`only ${big.burst.standInPods}/${BIG_NODE} pods reached the ZDS peer`);
-        const bigPid = env.agentPid;
-        if (bigPid !== undefined) big.footprint = footprint(bigPid);
-        const saved = r.restart;
-        await restart(r, env, zdsPeer);
-        big.restart = r.restart;
-        r.restart = saved;
-      } finally {
-        await bp.removeAll();
-      }
-    }, 'big');
+    await phase(
+      `node of ${BIG_NODE} pods`,
+      async () => {
+        const big: NonNullable<Results['big']> = {};
+        r.big = big;
+        try {
+          // The agent restarted above (a new metrics port): this burst is timed from the driver only.
+          big.burst = await burst(zdsPeer, bp, undefined, 'istio-cni', BIG_NODE);
+          if (big.burst.standInPods < BIG_NODE) throw new Error(`only ${big.burst.standInPods}/${BIG_NODE} pods reached the ZDS peer`);
+          const bigPid = env.agentPid;
+          if (bigPid !== undefined) big.footprint = footprint(bigPid);
+          const saved = r.restart;
+          await restart(r, env, zdsPeer);
+          big.restart = r.restart;
+          r.restart = saved;
+        } finally {
+          await bp.removeAll();
+        }
+      },
+      'big',
+    );
     await phase('ztunnel-restart', async () => {
       let current = zdsPeer;
       r.ztunnelRestart = await ztunnelRestartPhase(env, bp, metricsPort, {

@@ -83,9 +83,15 @@ async function main(): Promise<void> {
     registry.close();
     console.log('| live reconciliation | value |');
     console.log('|---|---|');
-    console.log(`| detection to repair after \`nft flush ruleset\` in a pod (${FLUSHES} flushes over ${PODS} watched pods) | p50 ${pct(latencies, 50).toFixed(1)} ms, p99 ${pct(latencies, 99).toFixed(1)} ms |`);
-    console.log(`| idle cost, ${PODS} watched pods, ${IDLE_S} s, 30 s sweep | ${(idleShare * 100).toFixed(3)}% of one core (${((idleShare * 1e6) / PODS).toFixed(2)} µs CPU per pod per second), ${fdsPerPod} watch fds per pod |`);
-    console.log(`reconcile_p50_ms=${pct(latencies, 50).toFixed(2)} reconcile_p99_ms=${pct(latencies, 99).toFixed(2)} idle_core_pct=${(idleShare * 100).toFixed(3)}`);
+    console.log(
+      `| detection to repair after \`nft flush ruleset\` in a pod (${FLUSHES} flushes over ${PODS} watched pods) | p50 ${pct(latencies, 50).toFixed(1)} ms, p99 ${pct(latencies, 99).toFixed(1)} ms |`,
+    );
+    console.log(
+      `| idle cost, ${PODS} watched pods, ${IDLE_S} s, 30 s sweep | ${(idleShare * 100).toFixed(3)}% of one core (${((idleShare * 1e6) / PODS).toFixed(2)} µs CPU per pod per second), ${fdsPerPod} watch fds per pod |`,
+    );
+    console.log(
+      `reconcile_p50_ms=${pct(latencies, 50).toFixed(2)} reconcile_p99_ms=${pct(latencies, 99).toFixed(2)} idle_core_pct=${(idleShare * 100).toFixed(3)}`,
+    );
   } finally {
     for (const n of names) {
       try {

@@ -92,7 +92,19 @@ const L = {
 } as const;
 
 const MAIN_ROWS = [L.inProcess, L.istioIpt, L.istioNft, L.iptRestore, L.nftExec, L.iptBackend];
-const DETAIL_ROWS = [L.openClose, L.hop, L.batchOnly, L.batchUser, L.batchSys, L.nftOnly, L.textUser, L.textSys, L.routeOnly, L.routeUser, L.routeSys];
+const DETAIL_ROWS = [
+  L.openClose,
+  L.hop,
+  L.batchOnly,
+  L.batchUser,
+  L.batchSys,
+  L.nftOnly,
+  L.textUser,
+  L.textSys,
+  L.routeOnly,
+  L.routeUser,
+  L.routeSys,
+];
 
 /** Wall time and the process's user/kernel CPU time of one awaited call (the JS thread only waits meanwhile). */
 async function cpuTimed(work: () => Promise<unknown>): Promise<{ ms: number; userMs: number; sysMs: number }> {
@@ -177,9 +189,14 @@ async function breakdown(ctx: Ctx, ns: BenchNetns): Promise<Sample[]> {
     const batch = await cpuTimed(() => ctx.addon.run(handle, [{ op: 'nftBatch', batch: ctx.batch, script: ctx.script }]));
     const routing = await cpuTimed(() => ctx.addon.run(handle, routingApplySteps(ctx.ipv6)));
     return [
-      [L.openClose, openClose], [L.hop, hop],
-      [L.batchOnly, batch.ms], [L.batchUser, batch.userMs], [L.batchSys, batch.sysMs],
-      [L.routeOnly, routing.ms], [L.routeUser, routing.userMs], [L.routeSys, routing.sysMs],
+      [L.openClose, openClose],
+      [L.hop, hop],
+      [L.batchOnly, batch.ms],
+      [L.batchUser, batch.userMs],
+      [L.batchSys, batch.sysMs],
+      [L.routeOnly, routing.ms],
+      [L.routeUser, routing.userMs],
+      [L.routeSys, routing.sysMs],
     ];
   } finally {
     handle.close();
@@ -192,7 +209,11 @@ async function textOnly(ctx: Ctx, ns: BenchNetns): Promise<Sample[]> {
   try {
     const nft = await cpuTimed(() => ctx.addon.run(handle, [{ op: 'nft', script: ctx.script }]));
     await ctx.addon.run(handle, routingApplySteps(ctx.ipv6));
-    return [[L.nftOnly, nft.ms], [L.textUser, nft.userMs], [L.textSys, nft.sysMs]];
+    return [
+      [L.nftOnly, nft.ms],
+      [L.textUser, nft.userMs],
+      [L.textSys, nft.sysMs],
+    ];
   } finally {
     handle.close();
   }
@@ -203,9 +224,7 @@ const SLOTS: Slot[] = [
   timed(L.istioIpt, 'iptables', (ctx, ns) => istio(ctx, ns, 'iptables')),
   timed(L.istioNft, 'nft', (ctx, ns) => istio(ctx, ns, 'nftables')),
   timed(L.iptRestore, 'iptables', (ctx, ns) => withAddonRouting(ctx, ns, () => execRestore(ctx, ns))),
-  timed(L.nftExec, 'nft', (ctx, ns) =>
-    withAddonRouting(ctx, ns, () => execTool(nsenter(ns, ['nft', '-f', '-']), ctx.script)),
-  ),
+  timed(L.nftExec, 'nft', (ctx, ns) => withAddonRouting(ctx, ns, () => execTool(nsenter(ns, ['nft', '-f', '-']), ctx.script))),
   timed(L.iptBackend, 'iptables', iptablesBackend),
   { check: 'nft', run: breakdown },
   { check: 'nft', run: textOnly },
@@ -236,7 +255,10 @@ function assertNftInstalled(ctx: Ctx, ns: BenchNetns): void {
 }
 
 function assertIptablesInstalled(ctx: Ctx, ns: BenchNetns): void {
-  const pairs: Array<[string, string | undefined]> = [['iptables-save', ctx.restore.v4], ['ip6tables-save', ctx.restore.v6]];
+  const pairs: Array<[string, string | undefined]> = [
+    ['iptables-save', ctx.restore.v4],
+    ['ip6tables-save', ctx.restore.v6],
+  ];
   for (const [save, input] of pairs) {
     if (input === undefined) continue;
     const listing = execIn(ns, [save]);
@@ -376,9 +398,7 @@ function ratios(samples: Map<string, number[]>): Ratios {
 
 function ratioNotes(samples: Map<string, number[]>, r: Ratios): string[] {
   const single = [L.iptRestore, L.nftExec, L.iptBackend].map((l) => `${l}: ${(p50(samples, l) / r.oursMs).toFixed(1)}x`);
-  return [
-    `p50 ratios vs ours: ${L.istioIpt}: ${r.iptables.toFixed(1)}x; ${L.istioNft}: ${r.nftables.toFixed(1)}x; ${single.join('; ')}`,
-  ];
+  return [`p50 ratios vs ours: ${L.istioIpt}: ${r.iptables.toFixed(1)}x; ${L.istioNft}: ${r.nftables.toFixed(1)}x; ${single.join('; ')}`];
 }
 
 function resourceNotes(start: Resources, before: Resources, after: Resources, home: NetnsIdentity): string[] {
@@ -467,7 +487,8 @@ function report(cfg: Config, ctx: Ctx, pool: NetnsPool, m: Measurement): { lines
     ...resourceNotes(m.start, m.before, m.after, m.home),
     ...(cfg.pods < MIN_PODS ? [`smoke run: BENCH_PODS=${cfg.pods} is below the ${MIN_PODS} the issue asks for`] : []),
   ];
-  const warnings = m.before.fds !== m.after.fds ? [`WARNING: fd count changed across the timed loop (${m.before.fds} -> ${m.after.fds})`] : [];
+  const warnings =
+    m.before.fds !== m.after.fds ? [`WARNING: fd count changed across the timed loop (${m.before.fds} -> ${m.after.fds})`] : [];
   const lines = [
     ...header(ctx.ipv6),
     goldenNote(ctx),
@@ -539,7 +560,10 @@ function writeRulesResult(results: Array<{ ipv6: boolean; ratios: Ratios }>, pri
   const dir = join(projectRoot(), 'bench', 'results');
   mkdirSync(dir, { recursive: true });
   if (process.env['BENCH_PODS'] === undefined) writeFileSync(join(dir, 'rules-latest.txt'), `${printed.join('\n')}\n`);
-  writeFileSync(join(dir, 'rules-latest.json'), `${JSON.stringify({ at: new Date().toISOString(), lines: targetLines(results).filter((l) => /^[a-z0-9_]+=/.test(l)) }, null, 2)}\n`);
+  writeFileSync(
+    join(dir, 'rules-latest.json'),
+    `${JSON.stringify({ at: new Date().toISOString(), lines: targetLines(results).filter((l) => /^[a-z0-9_]+=/.test(l)) }, null, 2)}\n`,
+  );
 }
 
 main().catch((err: unknown) => {

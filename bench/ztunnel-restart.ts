@@ -56,7 +56,9 @@ interface WaitCounters {
 async function scrapeWaits(port: number): Promise<WaitCounters> {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
   const value = (series: string, result: string): number => {
-    const line = text.split('\n').find((l) => l.startsWith(`ambient_node_agent_ztunnel_wait_seconds_${series}{`) && l.includes(`result="${result}"`));
+    const line = text
+      .split('\n')
+      .find((l) => l.startsWith(`ambient_node_agent_ztunnel_wait_seconds_${series}{`) && l.includes(`result="${result}"`));
     return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
   };
   return {
@@ -77,7 +79,11 @@ async function ourPluginAdds(env: DemoEnvironment, batch: BenchPod[]): Promise<A
     batch.map(async (pod, i) => {
       pod.added = true;
       const t = process.hrtime.bigint();
-      const prevResult = { cniVersion: '1.0.0', interfaces: [{ name: 'eth0', sandbox: pod.cni.netnsPath }], ips: [{ address: `10.252.0.${i + 2}/16`, interface: 0 }] };
+      const prevResult = {
+        cniVersion: '1.0.0',
+        interfaces: [{ name: 'eth0', sandbox: pod.cni.netnsPath }],
+        ips: [{ address: `10.252.0.${i + 2}/16`, interface: 0 }],
+      };
       const conf = JSON.stringify({ ...entry, cniVersion: list.cniVersion, name: list.name, prevResult });
       const error = await execPlugin(env, pod, conf);
       return error === undefined ? { ms: Number(process.hrtime.bigint() - t) / 1e6 } : { error };
@@ -89,7 +95,15 @@ async function ourPluginAdds(env: DemoEnvironment, batch: BenchPod[]): Promise<A
 /** Resolves with the plugin's error (its stdout) or undefined on success. */
 function execPlugin(env: DemoEnvironment, pod: BenchPod, conf: string): Promise<string | undefined> {
   const cniArgs = ['IgnoreUnknown=1', ...Object.entries(pod.cni.args).map(([k, v]) => `${k}=${v}`)].join(';');
-  const childEnv = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', CNI_COMMAND: 'ADD', CNI_CONTAINERID: pod.cni.containerId, CNI_NETNS: pod.cni.netnsPath, CNI_IFNAME: 'eth0', CNI_ARGS: cniArgs, CNI_PATH: `${env.binDir}:${CNI_PLUGIN_DIR}` };
+  const childEnv = {
+    PATH: '/usr/sbin:/usr/bin:/sbin:/bin',
+    CNI_COMMAND: 'ADD',
+    CNI_CONTAINERID: pod.cni.containerId,
+    CNI_NETNS: pod.cni.netnsPath,
+    CNI_IFNAME: 'eth0',
+    CNI_ARGS: cniArgs,
+    CNI_PATH: `${env.binDir}:${CNI_PLUGIN_DIR}`,
+  };
   return new Promise((resolve, reject) => {
     const child = spawn(join(env.binDir, 'istio-cni'), [], { env: childEnv, stdio: ['pipe', 'pipe', 'ignore'] });
     let stdout = '';
@@ -145,12 +159,27 @@ export interface RestartableZtunnel {
   start(): Promise<void>;
 }
 
-export async function ztunnelRestartPhase(env: DemoEnvironment, pods: BenchPods, metricsPort: number | undefined, ztunnel: RestartableZtunnel): Promise<ZtunnelRestartResult[]> {
+export async function ztunnelRestartPhase(
+  env: DemoEnvironment,
+  pods: BenchPods,
+  metricsPort: number | undefined,
+  ztunnel: RestartableZtunnel,
+): Promise<ZtunnelRestartResult[]> {
   const n = readPods();
-  return [await ztunnelRestart(env, pods, metricsPort, ztunnel, n, 'chain'), await ztunnelRestart(env, pods, metricsPort, ztunnel, n, 'istio-cni')];
+  return [
+    await ztunnelRestart(env, pods, metricsPort, ztunnel, n, 'chain'),
+    await ztunnelRestart(env, pods, metricsPort, ztunnel, n, 'istio-cni'),
+  ];
 }
 
-async function ztunnelRestart(env: DemoEnvironment, pods: BenchPods, metricsPort: number | undefined, ztunnel: RestartableZtunnel, n: number, only: ChainPart): Promise<ZtunnelRestartResult> {
+async function ztunnelRestart(
+  env: DemoEnvironment,
+  pods: BenchPods,
+  metricsPort: number | undefined,
+  ztunnel: RestartableZtunnel,
+  n: number,
+  only: ChainPart,
+): Promise<ZtunnelRestartResult> {
   const gapMs = readGapMs();
   const healthy = outcome(await adds(env, pods, await prepare(pods, n), only));
   await pods.removeAll();
@@ -174,8 +203,17 @@ async function ztunnelRestart(env: DemoEnvironment, pods: BenchPods, metricsPort
     pods: n,
     gapMs,
     healthy: { wallMs: healthy.wallMs, perPod: summarize(healthy.perPod), failed: healthy.failed },
-    restart: { wallMs: restart.wallMs, perPod: restart.perPod.length > 0 ? summarize(restart.perPod) : undefined, failed: restart.failed, firstError: restart.firstError },
-    waited: { count, meanMs: count > 0 ? (sum / count) * 1000 : NaN, failed: before && after ? after.failed.count - before.failed.count : NaN },
+    restart: {
+      wallMs: restart.wallMs,
+      perPod: restart.perPod.length > 0 ? summarize(restart.perPod) : undefined,
+      failed: restart.failed,
+      firstError: restart.firstError,
+    },
+    waited: {
+      count,
+      meanMs: count > 0 ? (sum / count) * 1000 : NaN,
+      failed: before && after ? after.failed.count - before.failed.count : NaN,
+    },
     gapLine: lastGapLine(env),
   };
   process.stderr.write(`  ztunnel restart (${only}): ${n} ADDs, ${restart.failed} failed; ${result.gapLine ?? 'no gap line'}\n`);
@@ -183,12 +221,16 @@ async function ztunnelRestart(env: DemoEnvironment, pods: BenchPods, metricsPort
 }
 
 /** The report's rows for this phase. */
-export function ztunnelRestartRows(results: readonly ZtunnelRestartResult[] | undefined, f: (x: number | undefined, d?: number) => string): string[] {
+export function ztunnelRestartRows(
+  results: readonly ZtunnelRestartResult[] | undefined,
+  f: (x: number | undefined, d?: number) => string,
+): string[] {
   return (results ?? []).flatMap((z) => rowsOf(z, f));
 }
 
 function rowsOf(z: ZtunnelRestartResult, f: (x: number | undefined, d?: number) => string): string[] {
-  const label = z.only === 'chain' ? 'ztunnel restart (full chain, 4 execs at a time)' : 'ztunnel restart (istio-cni entry alone, all at once)';
+  const label =
+    z.only === 'chain' ? 'ztunnel restart (full chain, 4 execs at a time)' : 'ztunnel restart (istio-cni entry alone, all at once)';
   const added = z.restart.perPod ? z.restart.perPod.p50 - z.healthy.perPod.p50 : undefined;
   const addedMax = z.restart.perPod ? z.restart.perPod.max - z.healthy.perPod.max : undefined;
   return [

@@ -10,10 +10,10 @@
 
 extern char** environ;
 
+#include "fd_poller.h"
 #include "netlink_watch.h"
 #include "netns.h"
 #include "netns_executor.h"
-#include "fd_poller.h"
 #include "nft_runner.h"
 #include "nft_tables.h"
 #include "seqpacket.h"
@@ -99,9 +99,7 @@ Napi::Object ResultToJs(Napi::Env env, const Step& step, const StepResult& r) {
   switch (step.op) {
     case StepOp::kNft: o.Set("output", r.output); break;
     case StepOp::kNftGeneration: o.Set("generation", static_cast<double>(r.generation)); break;
-    case StepOp::kNftCompile:
-      o.Set("batch", Napi::Buffer<char>::Copy(env, r.batch.data(), r.batch.size()));
-      break;
+    case StepOp::kNftCompile: o.Set("batch", Napi::Buffer<char>::Copy(env, r.batch.data(), r.batch.size())); break;
     case StepOp::kRoutingBatch: {
       Napi::Array arr = Napi::Array::New(env, r.routing.size());
       for (size_t i = 0; i < r.routing.size(); i++) {
@@ -318,12 +316,18 @@ void ParseNftTables(const Napi::Object& o, Step* s) {
 
 void ParseIpset(const Napi::Object& o, Step* s) {
   const std::string& op = s->name;
-  if (op == "ipsetCreate") s->op = StepOp::kIpsetCreate;
-  else if (op == "ipsetDestroy") s->op = StepOp::kIpsetDestroy;
-  else if (op == "ipsetFlush") s->op = StepOp::kIpsetFlush;
-  else if (op == "ipsetList") s->op = StepOp::kIpsetList;
-  else if (op == "ipsetAdd") s->op = StepOp::kIpsetAdd;
-  else s->op = StepOp::kIpsetDel;
+  if (op == "ipsetCreate")
+    s->op = StepOp::kIpsetCreate;
+  else if (op == "ipsetDestroy")
+    s->op = StepOp::kIpsetDestroy;
+  else if (op == "ipsetFlush")
+    s->op = StepOp::kIpsetFlush;
+  else if (op == "ipsetList")
+    s->op = StepOp::kIpsetList;
+  else if (op == "ipsetAdd")
+    s->op = StepOp::kIpsetAdd;
+  else
+    s->op = StepOp::kIpsetDel;
   s->set_name = GetString(o, "name");
   if (s->set_name.empty() || s->set_name.size() > kMaxIpsetName || s->set_name.find('\0') != std::string::npos) {
     throw Napi::TypeError::New(o.Env(), "step.name must be 1-31 bytes without NUL");
@@ -345,7 +349,8 @@ void ParseNftBatch(const Napi::Object& o, Step* s) {
     throw Napi::TypeError::New(o.Env(), "nftBatch step: batch must be a Uint8Array (from an nftCompile step)");
   }
   Napi::Uint8Array bytes = batch.As<Napi::Uint8Array>();
-  s->batch.assign(reinterpret_cast<const char*>(bytes.Data()), reinterpret_cast<const char*>(bytes.Data()) + bytes.ByteLength());
+  s->batch.assign(reinterpret_cast<const char*>(bytes.Data()),
+                  reinterpret_cast<const char*>(bytes.Data()) + bytes.ByteLength());
   s->script = GetString(o, "script");
 }
 
@@ -439,7 +444,8 @@ Step ParseStep(const Napi::Object& o) {
   } else if (op == "netlinkWatch") {
     s.op = StepOp::kNetlinkWatch;
     std::string kind = GetString(o, "kind");
-    if (kind != "nftables" && kind != "routing") throw Napi::TypeError::New(o.Env(), "netlinkWatch step: kind must be nftables or routing");
+    if (kind != "nftables" && kind != "routing")
+      throw Napi::TypeError::New(o.Env(), "netlinkWatch step: kind must be nftables or routing");
     s.watch = kind == "nftables" ? WatchKind::kNftables : WatchKind::kRouting;
   } else if (op == "deleteNftTables") {
     s.op = StepOp::kDeleteNftTables;
@@ -629,7 +635,8 @@ Napi::Value OriginalDestinationJs(const Napi::CallbackInfo& info) {
 Napi::Value NetlinkWatchDrainJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd = FdArg(info, 0, "netlinkWatchDrain(fd, table, nftTables)");
-  if (!info[1].IsNumber()) throw Napi::TypeError::New(env, "netlinkWatchDrain(fd, table, nftTables): table must be a number");
+  if (!info[1].IsNumber())
+    throw Napi::TypeError::New(env, "netlinkWatchDrain(fd, table, nftTables): table must be a number");
   std::vector<std::string> tables;
   if (info[2].IsArray()) {
     Napi::Array list = info[2].As<Napi::Array>();
@@ -641,7 +648,8 @@ Napi::Value NetlinkWatchDrainJs(const Napi::CallbackInfo& info) {
   }
   WatchEvents events;
   SysError err;
-  if (!DrainNetlinkWatch(fd, info[1].As<Napi::Number>().Uint32Value(), tables, &events, &err)) throw ToJsError(env, err);
+  if (!DrainNetlinkWatch(fd, info[1].As<Napi::Number>().Uint32Value(), tables, &events, &err))
+    throw ToJsError(env, err);
   Napi::Object o = Napi::Object::New(env);
   o.Set("nftables", events.nftables);
   o.Set("rules", events.rules);
@@ -691,8 +699,6 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
 }  // namespace
 }  // namespace ana
 
-static Napi::Object InitAmbientNative(Napi::Env env, Napi::Object exports) {
-  return ana::Init(env, exports);
-}
+static Napi::Object InitAmbientNative(Napi::Env env, Napi::Object exports) { return ana::Init(env, exports); }
 
 NODE_API_MODULE(ambient_native, InitAmbientNative)

@@ -41,19 +41,19 @@ const char* CommandName(uint8_t cmd) {
 SysError KernelError(int kernel_errno, uint8_t cmd, const std::string& set) {
   switch (kernel_errno) {
     case IPSET_ERR_EXIST:
-      return SysError::FromErrno(EEXIST, "nfnetlink", set, std::string(CommandName(cmd)) + ": element or set exists / is missing");
+      return SysError::FromErrno(EEXIST, "nfnetlink", set,
+                                 std::string(CommandName(cmd)) + ": element or set exists / is missing");
     case IPSET_ERR_TYPE_MISMATCH:
       return SysError::FromErrno(EINVAL, "nfnetlink", set, "a set of this name exists with another type");
     case IPSET_ERR_PROTOCOL:
       return SysError::FromErrno(EPROTONOSUPPORT, "nfnetlink", set, "the kernel's ipset protocol is not supported");
     case IPSET_ERR_FIND_TYPE:
-      return SysError::FromErrno(EOPNOTSUPP, "nfnetlink", set, "the kernel has no hash:ip set type (ip_set_hash_ip module)");
-    case IPSET_ERR_COMMENT:
-      return SysError::FromErrno(EINVAL, "nfnetlink", set, "the set has no comment support");
+      return SysError::FromErrno(EOPNOTSUPP, "nfnetlink", set,
+                                 "the kernel has no hash:ip set type (ip_set_hash_ip module)");
+    case IPSET_ERR_COMMENT: return SysError::FromErrno(EINVAL, "nfnetlink", set, "the set has no comment support");
     case IPSET_ERR_REFERENCED:
       return SysError::FromErrno(EBUSY, "nfnetlink", set, "the set is in use by a kernel component (an iptables rule)");
-    default:
-      break;
+    default: break;
   }
   if (kernel_errno >= IPSET_ERR_PRIVATE) {
     return SysError::FromErrno(EINVAL, "nfnetlink", set, "ipset error " + std::to_string(kernel_errno));
@@ -230,7 +230,8 @@ int ListCallback(const nlmsghdr* nlh, void* data) {
   auto* out = static_cast<IpsetListing*>(data);
   out->exists = true;
   const void* begin = mnl_nlmsg_get_payload_offset(nlh, sizeof(nfgenmsg));
-  size_t len = static_cast<size_t>(static_cast<const char*>(mnl_nlmsg_get_payload_tail(nlh)) - static_cast<const char*>(begin));
+  size_t len =
+      static_cast<size_t>(static_cast<const char*>(mnl_nlmsg_get_payload_tail(nlh)) - static_cast<const char*>(begin));
   ForEachAttr(begin, len, [&](const nlattr* a) {
     switch (mnl_attr_get_type(a)) {
       case IPSET_ATTR_TYPENAME: out->type_name = AttrString(a); break;
@@ -264,7 +265,8 @@ bool IpsetCreateHashIp(const std::string& name, int family, bool* incompatible, 
   mnl_attr_put_u8(req.nlh(), IPSET_ATTR_REVISION, kHashIpCommentRevision);
   mnl_attr_put_u8(req.nlh(), IPSET_ATTR_FAMILY, family == AF_INET6 ? NFPROTO_IPV6 : NFPROTO_IPV4);
   nlattr* data = mnl_attr_nest_start(req.nlh(), IPSET_ATTR_DATA);
-  mnl_attr_put_u32(req.nlh(), static_cast<uint16_t>(IPSET_ATTR_CADT_FLAGS | NLA_F_NET_BYTEORDER), htonl(IPSET_FLAG_WITH_COMMENT));
+  mnl_attr_put_u32(req.nlh(), static_cast<uint16_t>(IPSET_ATTR_CADT_FLAGS | NLA_F_NET_BYTEORDER),
+                   htonl(IPSET_FLAG_WITH_COMMENT));
   mnl_attr_nest_end(req.nlh(), data);
   // A set of that name that differs (no comments, other sizes) answers IPSET_ERR_EXIST: Istio
   // ignores it too and keeps the set; IpsetList shows what it is.
@@ -305,8 +307,7 @@ bool IpsetList(const std::string& name, IpsetListing* out, SysError* err) {
   return true;
 }
 
-bool IpsetAdd(const std::string& name, const std::string& ip, const std::string& comment, bool replace,
-              SysError* err) {
+bool IpsetAdd(const std::string& name, const std::string& ip, const std::string& comment, bool replace, SysError* err) {
   if (!CheckName(name, err)) return false;
   if (comment.size() > kMaxIpsetComment) {
     *err = SysError::FromErrno(EINVAL, "ipset", name, "comments are at most 255 bytes");

@@ -41,8 +41,7 @@ bool IpsetDestroy(const std::string& name, SysError* err);
 bool IpsetFlush(const std::string& name, SysError* err);
 bool IpsetList(const std::string& name, IpsetListing* out, SysError* err);
 // `replace`: an element already present gets the new comment (Istio adds with Replace=true).
-bool IpsetAdd(const std::string& name, const std::string& ip, const std::string& comment, bool replace,
-              SysError* err);
+bool IpsetAdd(const std::string& name, const std::string& ip, const std::string& comment, bool replace, SysError* err);
 // *changed is false when the element was not in the set.
 bool IpsetDel(const std::string& name, const std::string& ip, bool* changed, SysError* err);
 

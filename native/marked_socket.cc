@@ -14,8 +14,8 @@
 namespace ana {
 namespace {
 
-bool FillAddress(int family, const std::string& text, uint16_t port, sockaddr_storage* ss,
-                 socklen_t* len, SysError* err) {
+bool FillAddress(int family, const std::string& text, uint16_t port, sockaddr_storage* ss, socklen_t* len,
+                 SysError* err) {
   std::memset(ss, 0, sizeof(*ss));
   if (family == AF_INET6) {
     auto* sin6 = reinterpret_cast<sockaddr_in6*>(ss);
@@ -73,7 +73,8 @@ bool MakeTransparent(int fd, int family, SysError* err) {
     return SetFlag(fd, SOL_IPV6, IPV6_TRANSPARENT, "IPV6_TRANSPARENT", err) &&
            SetFlag(fd, SOL_IPV6, IPV6_FREEBIND, "IPV6_FREEBIND", err);
   }
-  return SetFlag(fd, SOL_IP, IP_TRANSPARENT, "IP_TRANSPARENT", err) && SetFlag(fd, SOL_IP, IP_FREEBIND, "IP_FREEBIND", err);
+  return SetFlag(fd, SOL_IP, IP_TRANSPARENT, "IP_TRANSPARENT", err) &&
+         SetFlag(fd, SOL_IP, IP_FREEBIND, "IP_FREEBIND", err);
 }
 
 bool Configure(int fd, const SocketSpec& spec, SysError* err) {
@@ -90,8 +91,7 @@ bool Configure(int fd, const SocketSpec& spec, SysError* err) {
     socklen_t len;
     if (!FillAddress(spec.family, spec.bind_address, spec.bind_port, &ss, &len, err)) return false;
     if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-      *err = SysError::FromErrno(errno, "bind",
-                                 spec.bind_address + ":" + std::to_string(spec.bind_port));
+      *err = SysError::FromErrno(errno, "bind", spec.bind_address + ":" + std::to_string(spec.bind_port));
       return false;
     }
   }

@@ -11,20 +11,20 @@
 namespace ana {
 
 struct SocketSpec {
-  int family = 0;        // AF_INET or AF_INET6
-  int type = 0;          // SOCK_STREAM or SOCK_DGRAM
+  int family = 0;  // AF_INET or AF_INET6
+  int type = 0;    // SOCK_STREAM or SOCK_DGRAM
   bool set_mark = false;
   uint32_t mark = 0;
   std::string bind_address;  // empty: no bind
   uint16_t bind_port = 0;
-  int listen_backlog = -1;   // < 0: no listen
+  int listen_backlog = -1;      // < 0: no listen
   std::string connect_address;  // empty: no connect
   uint16_t connect_port = 0;
   int connect_timeout_ms = 5000;
   // IP_TRANSPARENT + IP_FREEBIND (or the IPv6 pair): bind to a foreign address, as ztunnel does
   // to connect to the app from the original client IP.
   bool transparent = false;
-  bool reuse_port = false;   // SO_REUSEPORT, as ztunnel's listeners
+  bool reuse_port = false;  // SO_REUSEPORT, as ztunnel's listeners
 };
 
 struct SocketAddress {

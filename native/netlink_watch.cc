@@ -5,8 +5,8 @@
 #include <linux/fib_rules.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/rtnetlink.h>
-#include <sys/socket.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <initializer_list>
@@ -85,11 +85,8 @@ void Count(const nlmsghdr* m, uint32_t table, const std::vector<std::string>& nf
       }
       break;
     case RTM_NEWADDR:
-    case RTM_DELADDR:
-      out->addresses++;
-      break;
-    default:
-      break;
+    case RTM_DELADDR: out->addresses++; break;
+    default: break;
   }
 }
 
@@ -112,8 +109,9 @@ int OpenNetlinkWatch(WatchKind kind, SysError* err) {
   } else if (kind == WatchKind::kNftables) {
     ok = Subscribe(fd, {NFNLGRP_NFTABLES}, err);
   } else {
-    ok = Subscribe(fd, {RTNLGRP_IPV4_RULE, RTNLGRP_IPV6_RULE, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_IPV4_IFADDR,
-                        RTNLGRP_IPV6_IFADDR},
+    ok = Subscribe(fd,
+                   {RTNLGRP_IPV4_RULE, RTNLGRP_IPV6_RULE, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_IPV4_IFADDR,
+                    RTNLGRP_IPV6_IFADDR},
                    err);
   }
   if (!ok) {
@@ -123,7 +121,8 @@ int OpenNetlinkWatch(WatchKind kind, SysError* err) {
   return fd;
 }
 
-bool DrainNetlinkWatch(int fd, uint32_t table, const std::vector<std::string>& nft_tables, WatchEvents* out, SysError* err) {
+bool DrainNetlinkWatch(int fd, uint32_t table, const std::vector<std::string>& nft_tables, WatchEvents* out,
+                       SysError* err) {
   alignas(nlmsghdr) char buf[16384];
   for (;;) {
     ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);

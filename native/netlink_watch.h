@@ -35,6 +35,7 @@ struct WatchEvents {
 int OpenNetlinkWatch(WatchKind kind, SysError* err);
 
 // Reads every queued message without blocking. False only on a real socket error.
-bool DrainNetlinkWatch(int fd, uint32_t table, const std::vector<std::string>& nft_tables, WatchEvents* out, SysError* err);
+bool DrainNetlinkWatch(int fd, uint32_t table, const std::vector<std::string>& nft_tables, WatchEvents* out,
+                       SysError* err);
 
 }  // namespace ana

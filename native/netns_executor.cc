@@ -92,8 +92,8 @@ bool NetnsExecutor::ReturnHome(SysError* err) {
 
 // Returns false when the thread could not get back to its home namespace.
 bool NetnsExecutor::RunJob(NetnsJob* job) {
-  bool entered = job->target_fd >= 0 ? EnterNetns(job->target_fd, &job->enter_error)
-                                     : EnterFreshNetns(&job->enter_error);
+  bool entered =
+      job->target_fd >= 0 ? EnterNetns(job->target_fd, &job->enter_error) : EnterFreshNetns(&job->enter_error);
   // A failed setns/unshare leaves the thread where it was, so only a successful entry needs
   // the way back.
   if (!entered) return true;

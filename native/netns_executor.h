@@ -29,7 +29,7 @@ class NetnsJob {
   // The namespace to enter: an fd the job owns (closed when the job ends), or -1 for a
   // fresh, private namespace that disappears when the job is done.
   int target_fd = -1;
-  SysError enter_error;  // set when the worker could not enter the namespace
+  SysError enter_error;        // set when the worker could not enter the namespace
   bool poison_return = false;  // test hook: make the way back home fail
 
   void CloseTarget();

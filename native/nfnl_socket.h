@@ -28,7 +28,8 @@ class NetfilterSocket {
     if (!sock_) return Fail(err, "socket");
     if (mnl_socket_bind(sock_, 0, MNL_SOCKET_AUTOPID) < 0) return Fail(err, "bind");
     timeval tv{kReplyTimeoutSec, 0};
-    if (setsockopt(mnl_socket_get_fd(sock_), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) return Fail(err, "setsockopt");
+    if (setsockopt(mnl_socket_get_fd(sock_), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
+      return Fail(err, "setsockopt");
     return true;
   }
 

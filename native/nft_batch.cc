@@ -21,14 +21,20 @@
 namespace ana {
 namespace {
 
-constexpr size_t kBufSize = 65536;    // dumps
-constexpr size_t kAckBufSize = 16384;  // batch answers
+constexpr size_t kBufSize = 65536;          // dumps
+constexpr size_t kAckBufSize = 16384;       // batch answers
 constexpr size_t kMaxBatchBytes = 1 << 20;  // far above any in-pod ruleset (~6 KiB)
 constexpr uint16_t kNftMsg(int msg) { return static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | msg); }
 
-struct TableFree { void operator()(nftnl_table* t) const { nftnl_table_free(t); } };
-struct ChainFree { void operator()(nftnl_chain* c) const { nftnl_chain_free(c); } };
-struct RuleFree { void operator()(nftnl_rule* r) const { nftnl_rule_free(r); } };
+struct TableFree {
+  void operator()(nftnl_table* t) const { nftnl_table_free(t); }
+};
+struct ChainFree {
+  void operator()(nftnl_chain* c) const { nftnl_chain_free(c); }
+};
+struct RuleFree {
+  void operator()(nftnl_rule* r) const { nftnl_rule_free(r); }
+};
 using TablePtr = std::unique_ptr<nftnl_table, TableFree>;
 using ChainPtr = std::unique_ptr<nftnl_chain, ChainFree>;
 using RulePtr = std::unique_ptr<nftnl_rule, RuleFree>;
@@ -129,8 +135,10 @@ void WriteChain(MessageWriter* w, uint8_t family, nftnl_chain* c) {
   // NFT_CHAIN_BASE is the kernel's own note that the chain has a hook; nft never sends it.
   if (nftnl_chain_is_set(c, NFTNL_CHAIN_FLAGS)) {
     uint32_t flags = nftnl_chain_get_u32(c, NFTNL_CHAIN_FLAGS) & ~static_cast<uint32_t>(NFT_CHAIN_BASE);
-    if (flags == 0) nftnl_chain_unset(c, NFTNL_CHAIN_FLAGS);
-    else nftnl_chain_set_u32(c, NFTNL_CHAIN_FLAGS, flags);
+    if (flags == 0)
+      nftnl_chain_unset(c, NFTNL_CHAIN_FLAGS);
+    else
+      nftnl_chain_set_u32(c, NFTNL_CHAIN_FLAGS, flags);
   }
   nlmsghdr* nlh = w->Start(NFT_MSG_NEWCHAIN, family, NLM_F_CREATE);
   nftnl_chain_nlmsg_build_payload(nlh, c);
@@ -190,7 +198,8 @@ std::vector<char> Frame(const std::vector<char>& messages, size_t count, uint32_
     auto* dst = reinterpret_cast<nlmsghdr*>(framed.data() + at);
     memcpy(dst, src, len);
     dst->nlmsg_seq = seq++;
-    dst->nlmsg_flags = static_cast<uint16_t>((dst->nlmsg_flags & ~NLM_F_ACK) | NLM_F_REQUEST | (i + 1 == count ? NLM_F_ACK : 0));
+    dst->nlmsg_flags =
+        static_cast<uint16_t>((dst->nlmsg_flags & ~NLM_F_ACK) | NLM_F_REQUEST | (i + 1 == count ? NLM_F_ACK : 0));
     *last_seq = dst->nlmsg_seq;
     at += len;
     off += len;
@@ -222,7 +231,8 @@ bool ReadBatchAnswer(mnl_socket* sock, const std::vector<char>& framed, uint32_t
       return false;
     }
     int len = static_cast<int>(n);
-    for (auto* nlh = reinterpret_cast<const nlmsghdr*>(buf.get()); mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+    for (auto* nlh = reinterpret_cast<const nlmsghdr*>(buf.get()); mnl_nlmsg_ok(nlh, len);
+         nlh = mnl_nlmsg_next(nlh, &len)) {
       if (nlh->nlmsg_type != NLMSG_ERROR) continue;
       auto* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
       if (e->error != 0 && !outcome->refused) {
@@ -230,10 +240,12 @@ bool ReadBatchAnswer(mnl_socket* sock, const std::vector<char>& framed, uint32_t
         // Which message: walk the framed batch to the refused sequence number.
         const char* what = "nfnetlink batch";
         int flen = static_cast<int>(framed.size());
-        for (auto* m = reinterpret_cast<const nlmsghdr*>(framed.data()); mnl_nlmsg_ok(m, flen); m = mnl_nlmsg_next(m, &flen)) {
+        for (auto* m = reinterpret_cast<const nlmsghdr*>(framed.data()); mnl_nlmsg_ok(m, flen);
+             m = mnl_nlmsg_next(m, &flen)) {
           if (m->nlmsg_seq == e->msg.nlmsg_seq) what = MessageName(m->nlmsg_type);
         }
-        outcome->refusal = SysError::FromErrno(-e->error, "nfnetlink", what, "the kernel refused the prebuilt rules batch");
+        outcome->refusal =
+            SysError::FromErrno(-e->error, "nfnetlink", what, "the kernel refused the prebuilt rules batch");
       }
       if (e->msg.nlmsg_seq == last_seq || e->msg.nlmsg_seq == first_seq) return true;
     }

@@ -22,8 +22,8 @@ bool CompileNftTablesBatch(uint8_t family, const std::vector<std::string>& table
                            SysError* err);
 
 struct NftBatchOutcome {
-  bool refused = false;     // the kernel refused the batch (nothing of it was applied)
-  SysError refusal;         // why, when refused
+  bool refused = false;  // the kernel refused the batch (nothing of it was applied)
+  SysError refusal;      // why, when refused
   uint32_t generation_before = 0;
   uint32_t generation_after = 0;
 };

@@ -49,8 +49,8 @@ bool NftRunner::Run(const std::string& script, bool stateless, bool json, std::s
     // <strerror>"); parse and evaluation errors leave whatever a library call left behind.
     std::string text = Trim(nft_ctx_get_error_buffer(nft.ctx));
     bool kernel_refused = text.find("Could not process rule") != std::string::npos;
-    *err = SysError::FromErrno(kernel_refused && saved_errno ? saved_errno : EINVAL,
-                               "nft_run_cmd_from_buffer", "", text);
+    *err =
+        SysError::FromErrno(kernel_refused && saved_errno ? saved_errno : EINVAL, "nft_run_cmd_from_buffer", "", text);
     return false;
   }
   *out = nft_ctx_get_output_buffer(nft.ctx);

@@ -33,8 +33,8 @@ nlmsghdr* PutMessage(mnl_nlmsg_batch* batch, uint16_t type, uint16_t flags, uint
 
 void PutTableMessage(mnl_nlmsg_batch* batch, int msg, uint16_t flags, uint8_t family, const std::string& table,
                      uint32_t seq) {
-  nlmsghdr* nlh = PutMessage(batch, static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | msg), flags | NLM_F_ACK,
-                             family, 0, seq);
+  nlmsghdr* nlh =
+      PutMessage(batch, static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | msg), flags | NLM_F_ACK, family, 0, seq);
   mnl_attr_put_strz(nlh, NFTA_TABLE_NAME, table.c_str());
   mnl_nlmsg_batch_next(batch);
 }
@@ -64,7 +64,8 @@ bool ReadAcks(mnl_socket* sock, size_t expected, SysError* err) {
     }
   }
   if (kernel_errno != 0) {
-    *err = SysError::FromErrno(kernel_errno, "nfnetlink", "NFT_MSG_DELTABLE", "the kernel refused the table delete batch");
+    *err =
+        SysError::FromErrno(kernel_errno, "nfnetlink", "NFT_MSG_DELTABLE", "the kernel refused the table delete batch");
     return false;
   }
   return true;
@@ -73,10 +74,14 @@ bool ReadAcks(mnl_socket* sock, size_t expected, SysError* err) {
 }  // namespace
 
 bool NftFamilyFromName(const std::string& name, uint8_t* family) {
-  if (name == "inet") *family = NFPROTO_INET;
-  else if (name == "ip") *family = NFPROTO_IPV4;
-  else if (name == "ip6") *family = NFPROTO_IPV6;
-  else return false;
+  if (name == "inet")
+    *family = NFPROTO_INET;
+  else if (name == "ip")
+    *family = NFPROTO_IPV4;
+  else if (name == "ip6")
+    *family = NFPROTO_IPV6;
+  else
+    return false;
   return true;
 }
 
@@ -145,7 +150,8 @@ bool ReadNftGeneration(mnl_socket* sock, uint32_t* generation, SysError* err) {
     if (m->nlmsg_type != ((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN)) continue;
     auto* attr = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(m, sizeof(nfgenmsg)));
     auto* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(m));
-    for (; mnl_attr_ok(attr, static_cast<int>(tail - reinterpret_cast<const char*>(attr))); attr = mnl_attr_next(attr)) {
+    for (; mnl_attr_ok(attr, static_cast<int>(tail - reinterpret_cast<const char*>(attr)));
+         attr = mnl_attr_next(attr)) {
       if (mnl_attr_get_type(attr) == NFTA_GEN_ID && mnl_attr_get_payload_len(attr) == sizeof(uint32_t)) {
         *generation = ntohl(mnl_attr_get_u32(attr));
         return true;

@@ -156,8 +156,7 @@ bool Rtnl::Dump(nlmsghdr* nlh, int (*cb)(const nlmsghdr*, void*), void* data, Sy
   }
 }
 
-bool Rtnl::FwmarkRuleRequest(uint16_t type, uint16_t flags, const FwmarkRule& rule,
-                             int* kernel_errno, SysError* err) {
+bool Rtnl::FwmarkRuleRequest(uint16_t type, uint16_t flags, const FwmarkRule& rule, int* kernel_errno, SysError* err) {
   std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
   return Transact(PutFwmarkRuleMessage(buf.data(), type, flags, rule), kernel_errno, err);
 }
@@ -185,19 +184,17 @@ bool Rtnl::DeleteFwmarkRule(const FwmarkRule& rule, bool* changed, SysError* err
   return true;
 }
 
-bool Rtnl::LocalRouteRequest(uint16_t type, uint16_t flags, int family, uint32_t table,
-                             const std::string& dev, int* kernel_errno, SysError* err) {
+bool Rtnl::LocalRouteRequest(uint16_t type, uint16_t flags, int family, uint32_t table, const std::string& dev,
+                             int* kernel_errno, SysError* err) {
   int ifindex = Ifindex(dev, err);
   if (ifindex == 0) return false;
   std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
   return Transact(PutLocalRouteMessage(buf.data(), type, flags, family, table, ifindex), kernel_errno, err);
 }
 
-bool Rtnl::ReplaceLocalDefaultRoute(int family, uint32_t table, const std::string& dev,
-                                    SysError* err) {
+bool Rtnl::ReplaceLocalDefaultRoute(int family, uint32_t table, const std::string& dev, SysError* err) {
   int kerr = 0;
-  if (!LocalRouteRequest(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, family, table, dev, &kerr,
-                         err)) {
+  if (!LocalRouteRequest(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, family, table, dev, &kerr, err)) {
     return false;
   }
   if (kerr != 0) {
@@ -207,8 +204,7 @@ bool Rtnl::ReplaceLocalDefaultRoute(int family, uint32_t table, const std::strin
   return true;
 }
 
-bool Rtnl::DeleteLocalDefaultRoute(int family, uint32_t table, const std::string& dev,
-                                   bool* changed, SysError* err) {
+bool Rtnl::DeleteLocalDefaultRoute(int family, uint32_t table, const std::string& dev, bool* changed, SysError* err) {
   int kerr = 0;
   if (!LocalRouteRequest(RTM_DELROUTE, 0, family, table, dev, &kerr, err)) return false;
   *changed = kerr == 0;
@@ -333,8 +329,7 @@ bool Rtnl::ListRoutes(int family, uint32_t table, std::vector<RouteEntry>* out, 
   return Dump(nlh, CollectRoute, &dump, err);
 }
 
-bool Rtnl::Query(nlmsghdr* nlh, const char* what, int (*cb)(const nlmsghdr*, void*), void* data,
-                 SysError* err) {
+bool Rtnl::Query(nlmsghdr* nlh, const char* what, int (*cb)(const nlmsghdr*, void*), void* data, SysError* err) {
   nlh->nlmsg_flags = NLM_F_REQUEST;
   nlh->nlmsg_seq = ++seq_;
   if (mnl_socket_sendto(sock_, nlh, nlh->nlmsg_len) < 0) {

@@ -59,8 +59,7 @@ class Rtnl {
   bool AddFwmarkRule(const FwmarkRule& rule, bool* changed, SysError* err);
   bool DeleteFwmarkRule(const FwmarkRule& rule, bool* changed, SysError* err);
   bool ReplaceLocalDefaultRoute(int family, uint32_t table, const std::string& dev, SysError* err);
-  bool DeleteLocalDefaultRoute(int family, uint32_t table, const std::string& dev, bool* changed,
-                               SysError* err);
+  bool DeleteLocalDefaultRoute(int family, uint32_t table, const std::string& dev, bool* changed, SysError* err);
 
   bool ListFwmarkRules(int family, std::vector<FwmarkRule>* out, SysError* err);
   bool ListRoutes(int family, uint32_t table, std::vector<RouteEntry>* out, SysError* err);
@@ -81,13 +80,11 @@ class Rtnl {
   // Sends one request and reads its ack; the kernel's errno (0 on success) goes to *kernel_errno.
   bool Transact(nlmsghdr* nlh, int* kernel_errno, SysError* err);
   // Sends one request and handles its single answer (no ack); a kernel error fails it as `what`.
-  bool Query(nlmsghdr* nlh, const char* what, int (*cb)(const nlmsghdr*, void*), void* data,
-             SysError* err);
+  bool Query(nlmsghdr* nlh, const char* what, int (*cb)(const nlmsghdr*, void*), void* data, SysError* err);
   bool Dump(nlmsghdr* nlh, int (*cb)(const nlmsghdr*, void*), void* data, SysError* err);
-  bool FwmarkRuleRequest(uint16_t type, uint16_t flags, const FwmarkRule& rule, int* kernel_errno,
-                         SysError* err);
-  bool LocalRouteRequest(uint16_t type, uint16_t flags, int family, uint32_t table,
-                         const std::string& dev, int* kernel_errno, SysError* err);
+  bool FwmarkRuleRequest(uint16_t type, uint16_t flags, const FwmarkRule& rule, int* kernel_errno, SysError* err);
+  bool LocalRouteRequest(uint16_t type, uint16_t flags, int family, uint32_t table, const std::string& dev,
+                         int* kernel_errno, SysError* err);
 
   mnl_socket* sock_ = nullptr;
   uint32_t port_id_ = 0;

@@ -32,11 +32,13 @@ const char* ChangeObject(const RoutingChange& c) {
 nlmsghdr* Build(char* buf, const RoutingChange& c, int ifindex) {
   switch (c.kind) {
     // NLM_F_EXCL makes the kernel refuse a duplicate instead of stacking a second copy.
-    case RoutingChangeKind::kAddFwmarkRule: return PutFwmarkRuleMessage(buf, RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, c.rule);
+    case RoutingChangeKind::kAddFwmarkRule:
+      return PutFwmarkRuleMessage(buf, RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, c.rule);
     case RoutingChangeKind::kDeleteFwmarkRule: return PutFwmarkRuleMessage(buf, RTM_DELRULE, 0, c.rule);
     case RoutingChangeKind::kReplaceLocalRoute:
       return PutLocalRouteMessage(buf, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, c.family, c.table, ifindex);
-    case RoutingChangeKind::kDeleteLocalRoute: return PutLocalRouteMessage(buf, RTM_DELROUTE, 0, c.family, c.table, ifindex);
+    case RoutingChangeKind::kDeleteLocalRoute:
+      return PutLocalRouteMessage(buf, RTM_DELROUTE, 0, c.family, c.table, ifindex);
   }
   return nullptr;
 }
@@ -45,9 +47,10 @@ nlmsghdr* Build(char* buf, const RoutingChange& c, int ifindex) {
 bool Judge(const RoutingChange& c, int kerr, RoutingOutcome* o, SysError* err) {
   o->changed = kerr == 0;
   if (kerr == 0) return true;
-  bool tolerated = (c.kind == RoutingChangeKind::kAddFwmarkRule && kerr == EEXIST) ||
-                   ((c.kind == RoutingChangeKind::kDeleteFwmarkRule || c.kind == RoutingChangeKind::kDeleteLocalRoute) &&
-                    RtnlIsGone(kerr));
+  bool tolerated =
+      (c.kind == RoutingChangeKind::kAddFwmarkRule && kerr == EEXIST) ||
+      ((c.kind == RoutingChangeKind::kDeleteFwmarkRule || c.kind == RoutingChangeKind::kDeleteLocalRoute) &&
+       RtnlIsGone(kerr));
   if (tolerated) return true;
   *err = SysError::FromErrno(kerr, ChangeName(c.kind), ChangeObject(c));
   return false;
@@ -78,7 +81,8 @@ bool Rtnl::TransactBatch(const std::vector<nlmsghdr*>& messages, std::vector<int
       return false;
     }
     int len = static_cast<int>(n);
-    for (auto* nlh = reinterpret_cast<const nlmsghdr*>(buf.get()); mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
+    for (auto* nlh = reinterpret_cast<const nlmsghdr*>(buf.get()); mnl_nlmsg_ok(nlh, len);
+         nlh = mnl_nlmsg_next(nlh, &len)) {
       if (nlh->nlmsg_type != NLMSG_ERROR || nlh->nlmsg_pid != port_id_) continue;
       auto* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
       uint32_t i = e->msg.nlmsg_seq - first;

@@ -16,8 +16,8 @@ enum class RoutingChangeKind { kAddFwmarkRule, kDeleteFwmarkRule, kReplaceLocalR
 
 struct RoutingChange {
   RoutingChangeKind kind = RoutingChangeKind::kAddFwmarkRule;
-  FwmarkRule rule;             // rule kinds
-  int family = 0;              // route kinds
+  FwmarkRule rule;  // rule kinds
+  int family = 0;   // route kinds
   uint32_t table = 0;
   std::string dev;
   bool skip_without_ipv6 = false;  // kReplaceLocalRoute: skip when dev has no IPv6 address

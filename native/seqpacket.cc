@@ -65,9 +65,12 @@ int SeqpacketListen(const ListenOptions& opts, SysError* err) {
   int fd = NewSocket(err);
   if (fd < 0) return -1;
   const char* failed = nullptr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) failed = "bind";
-  else if (chmod(opts.path.c_str(), opts.mode) != 0) failed = "chmod";
-  else if (listen(fd, opts.backlog) != 0) failed = "listen";
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    failed = "bind";
+  else if (chmod(opts.path.c_str(), opts.mode) != 0)
+    failed = "chmod";
+  else if (listen(fd, opts.backlog) != 0)
+    failed = "listen";
   if (failed) {
     *err = SysError::FromErrno(errno, failed, opts.path);
     close(fd);

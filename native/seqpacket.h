@@ -16,8 +16,8 @@ constexpr size_t kZdsMaxDatagram = 1024;
 
 struct ListenOptions {
   std::string path;
-  unsigned mode = 0600;     // permissions of the socket file
-  unsigned dir_mode = 0755; // for directories that have to be created
+  unsigned mode = 0600;      // permissions of the socket file
+  unsigned dir_mode = 0755;  // for directories that have to be created
   int backlog = 16;
 };
 
@@ -36,10 +36,10 @@ int SeqpacketSend(int fd, const unsigned char* data, size_t len, int pass_fd, Sy
 
 struct Datagram {
   std::vector<unsigned char> data;
-  std::vector<int> fds;  // received with MSG_CMSG_CLOEXEC; the caller owns them
-  bool truncated = false;       // MSG_TRUNC: the datagram was larger than the buffer
+  std::vector<int> fds;            // received with MSG_CMSG_CLOEXEC; the caller owns them
+  bool truncated = false;          // MSG_TRUNC: the datagram was larger than the buffer
   bool control_truncated = false;  // MSG_CTRUNC: more fds than the control buffer holds
-  bool eof = false;             // recvmsg returned 0: peer closed (or sent an empty datagram)
+  bool eof = false;                // recvmsg returned 0: peer closed (or sent an empty datagram)
 };
 
 // Returns 1 when a datagram (or EOF) was read, 0 when nothing is waiting (EAGAIN), -1 on error.

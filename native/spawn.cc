@@ -69,9 +69,8 @@ bool Pump(Pipes* p, const std::string& input, int timeout_ms, SpawnResult* r) {
 
 }  // namespace
 
-bool SpawnAndWait(const std::vector<std::string>& argv, const std::string& input, int timeout_ms,
-                  SpawnResult* result, SysError* err, bool replace_env,
-                  const std::vector<std::string>& env) {
+bool SpawnAndWait(const std::vector<std::string>& argv, const std::string& input, int timeout_ms, SpawnResult* result,
+                  SysError* err, bool replace_env, const std::vector<std::string>& env) {
   if (argv.empty()) {
     *err = SysError::FromErrno(EINVAL, "posix_spawnp", "", "empty argv");
     return false;

@@ -20,8 +20,7 @@ struct SpawnResult {
 // The child gets exactly `env` when `replace_env` is set; otherwise it inherits `environ`, which
 // is only safe to read here if no other thread can change the environment (binding.cc always
 // passes a copy taken on the JS thread instead).
-bool SpawnAndWait(const std::vector<std::string>& argv, const std::string& input, int timeout_ms,
-                  SpawnResult* result, SysError* err, bool replace_env = false,
-                  const std::vector<std::string>& env = {});
+bool SpawnAndWait(const std::vector<std::string>& argv, const std::string& input, int timeout_ms, SpawnResult* result,
+                  SysError* err, bool replace_env = false, const std::vector<std::string>& env = {});
 
 }  // namespace ana

@@ -61,8 +61,7 @@ bool RunRouting(const Step& s, LazyRtnl* lazy, StepResult* r, SysError* err) {
     case StepOp::kAddFwmarkRule: return rtnl->AddFwmarkRule(s.rule, &r->changed, err);
     case StepOp::kDeleteFwmarkRule: return rtnl->DeleteFwmarkRule(s.rule, &r->changed, err);
     case StepOp::kReplaceLocalRoute: return ReplaceRoute(rtnl, s, r, err);
-    case StepOp::kDeleteLocalRoute:
-      return rtnl->DeleteLocalDefaultRoute(s.family, s.table, s.dev, &r->changed, err);
+    case StepOp::kDeleteLocalRoute: return rtnl->DeleteLocalDefaultRoute(s.family, s.table, s.dev, &r->changed, err);
     case StepOp::kListFwmarkRules: return rtnl->ListFwmarkRules(s.family, &r->rules, err);
     case StepOp::kListRoutes: return rtnl->ListRoutes(s.family, s.table, &r->routes, err);
     case StepOp::kDeviceHasIpv6: return rtnl->DeviceIpv6Enabled(s.dev, &r->flag, err);
@@ -78,34 +77,19 @@ bool RunRouting(const Step& s, LazyRtnl* lazy, StepResult* r, SysError* err) {
 bool RunStep(const Step& s, LazyRtnl* rtnl, StepResult* r, SysError* err) {
   switch (s.op) {
     case StepOp::kNft: return NftRunner::Run(s.script, s.stateless, s.json, &r->output, err);
-    case StepOp::kSocket:
-      r->fd = CreateSocket(s.socket, err);
-      return r->fd >= 0;
-    case StepOp::kNetlinkWatch:
-      r->fd = OpenNetlinkWatch(s.watch, err);
-      return r->fd >= 0;
-    case StepOp::kExec:
-      return SpawnAndWait(s.argv, s.input, s.timeout_ms, &r->spawn, err, s.replace_env, s.env);
+    case StepOp::kSocket: r->fd = CreateSocket(s.socket, err); return r->fd >= 0;
+    case StepOp::kNetlinkWatch: r->fd = OpenNetlinkWatch(s.watch, err); return r->fd >= 0;
+    case StepOp::kExec: return SpawnAndWait(s.argv, s.input, s.timeout_ms, &r->spawn, err, s.replace_env, s.env);
     case StepOp::kNetnsId: return CurrentThreadNetns(&r->netns, err);
     case StepOp::kNftGeneration: return NftGeneration(&r->generation, err);
     case StepOp::kNftBatch: return RunNftBatch(s, r, err);
     case StepOp::kNftCompile: return CompileNftTablesBatch(s.nft_family, s.tables, &r->batch, err);
-    case StepOp::kDeleteNftTables:
-      r->changed = true;
-      return DeleteNftTables(s.nft_family, s.tables, err);
-    case StepOp::kIpsetCreate:
-      r->changed = true;
-      return IpsetCreateHashIp(s.set_name, s.family, &r->skipped, err);
-    case StepOp::kIpsetDestroy:
-      r->changed = true;
-      return IpsetDestroy(s.set_name, err);
-    case StepOp::kIpsetFlush:
-      r->changed = true;
-      return IpsetFlush(s.set_name, err);
+    case StepOp::kDeleteNftTables: r->changed = true; return DeleteNftTables(s.nft_family, s.tables, err);
+    case StepOp::kIpsetCreate: r->changed = true; return IpsetCreateHashIp(s.set_name, s.family, &r->skipped, err);
+    case StepOp::kIpsetDestroy: r->changed = true; return IpsetDestroy(s.set_name, err);
+    case StepOp::kIpsetFlush: r->changed = true; return IpsetFlush(s.set_name, err);
     case StepOp::kIpsetList: return IpsetList(s.set_name, &r->ipset, err);
-    case StepOp::kIpsetAdd:
-      r->changed = true;
-      return IpsetAdd(s.set_name, s.ip, s.comment, s.replace, err);
+    case StepOp::kIpsetAdd: r->changed = true; return IpsetAdd(s.set_name, s.ip, s.comment, s.replace, err);
     case StepOp::kIpsetDel: return IpsetDel(s.set_name, s.ip, &r->changed, err);
     default: return RunRouting(s, rtnl, r, err);
   }
@@ -113,8 +97,7 @@ bool RunStep(const Step& s, LazyRtnl* rtnl, StepResult* r, SysError* err) {
 
 }  // namespace
 
-bool RunSteps(const std::vector<Step>& steps, std::vector<StepResult>* results, size_t* failed_step,
-              SysError* err) {
+bool RunSteps(const std::vector<Step>& steps, std::vector<StepResult>* results, size_t* failed_step, SysError* err) {
   LazyRtnl rtnl;
   results->assign(steps.size(), StepResult{});
   for (size_t i = 0; i < steps.size(); i++) {

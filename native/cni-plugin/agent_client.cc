@@ -72,7 +72,8 @@ std::string TimeoutText(int timeout_ms, const char* phase) {
 
 }  // namespace
 
-AgentReply PostToAgent(const std::string& socket_path, const std::string& route, const std::string& json_body, int timeout_ms) {
+AgentReply PostToAgent(const std::string& socket_path, const std::string& route, const std::string& json_body,
+                       int timeout_ms) {
   Deadline deadline(timeout_ms);
 
   sockaddr_un addr{};

@@ -16,6 +16,7 @@ struct AgentReply {
   std::string error;  // why not reached, for logs and error details
 };
 
-AgentReply PostToAgent(const std::string& socket_path, const std::string& route, const std::string& json_body, int timeout_ms);
+AgentReply PostToAgent(const std::string& socket_path, const std::string& route, const std::string& json_body,
+                       int timeout_ms);
 
 }  // namespace istio_cni

@@ -37,10 +37,13 @@ bool IsGoMuxNotFound(const AgentReply& r) { return r.status == 404 && TrimBody(r
 std::optional<std::string> SkipReason(const Invocation& inv) {
   const K8sArgs& k = inv.k8s;
   const PluginConfig& c = inv.config;
-  if (k.pod_name.rfind("istio-cni-node-", 0) == 0 && k.pod_namespace == c.pod_namespace) return "the istio-cni node agent's own pod";
-  if (k.pod_name.empty() || k.pod_namespace.empty()) return "not a Kubernetes pod (no K8S_POD_NAME / K8S_POD_NAMESPACE in CNI_ARGS)";
+  if (k.pod_name.rfind("istio-cni-node-", 0) == 0 && k.pod_namespace == c.pod_namespace)
+    return "the istio-cni node agent's own pod";
+  if (k.pod_name.empty() || k.pod_namespace.empty())
+    return "not a Kubernetes pod (no K8S_POD_NAME / K8S_POD_NAMESPACE in CNI_ARGS)";
   const auto& ex = c.exclude_namespaces;
-  if (std::find(ex.begin(), ex.end(), k.pod_namespace) != ex.end()) return "namespace " + k.pod_namespace + " is excluded";
+  if (std::find(ex.begin(), ex.end(), k.pod_namespace) != ex.end())
+    return "namespace " + k.pod_namespace + " is excluded";
   if (!c.ambient_enabled) return "ambient is not enabled";
   return std::nullopt;
 }
@@ -60,14 +63,16 @@ std::string CmdAdd(const Invocation& inv) {
 
   // No Kubernetes API call and no selector evaluation here: the agent has the informer cache
   // and the enablement selectors, and answers 200 for pods it does not enrol.
-  AgentReply reply = PostToAgent(SocketPath(inv.config), "/cmdadd", AddEventBody(inv.env, inv.k8s, ips), kAgentTimeoutMs);
+  AgentReply reply =
+      PostToAgent(SocketPath(inv.config), "/cmdadd", AddEventBody(inv.env, inv.k8s, ips), kAgentTimeoutMs);
   if (reply.reached) {
     if (reply.status == 200) {
       LogDebug("agent accepted the pod");
       return PrintResult(inv.config);
     }
-    const std::string msg = "istio-cni cmdAdd failed to contact node Istio CNI agent: unable to push CNI event (status code " +
-                            std::to_string(reply.status) + "): " + TrimBody(reply.body);
+    const std::string msg =
+        "istio-cni cmdAdd failed to contact node Istio CNI agent: unable to push CNI event (status code " +
+        std::to_string(reply.status) + "): " + TrimBody(reply.body);
     LogError(msg);
     throw CniError(kInternal, msg);
   }
@@ -79,8 +84,9 @@ std::string CmdAdd(const Invocation& inv) {
   const std::string unreachable = "node Istio CNI agent unreachable at " + SocketPath(inv.config) + ": " + reply.error;
   if (verdict.mode == NamespaceMode::kAmbient) {
     LogError(unreachable + "; " + verdict.why + ", failing the sandbox so it is retried");
-    throw CniError(kTryAgainLater, "istio-cni cmdAdd failed to contact node Istio CNI agent (" + reply.error + "); pod " +
-                                       PodRef(inv.k8s) + " is in an ambient namespace, try again later",
+    throw CniError(kTryAgainLater,
+                   "istio-cni cmdAdd failed to contact node Istio CNI agent (" + reply.error + "); pod " +
+                       PodRef(inv.k8s) + " is in an ambient namespace, try again later",
                    verdict.why);
   }
   LogWarn(unreachable + "; " + verdict.why + ", starting the pod without ambient redirection");
@@ -96,11 +102,13 @@ void CmdDel(const Invocation& inv) {
   // the agent also learns about deleted pods from its informer, which is what cleans up.
   AgentReply reply = PostToAgent(SocketPath(inv.config), "/cmddel", DelEventBody(inv.env, inv.k8s), kAgentTimeoutMs);
   if (!reply.reached) {
-    LogWarn("could not tell the node Istio CNI agent about the deleted pod (" + reply.error + "); it will clean up from its pod watch");
+    LogWarn("could not tell the node Istio CNI agent about the deleted pod (" + reply.error +
+            "); it will clean up from its pod watch");
   } else if (IsGoMuxNotFound(reply)) {
     LogDebug("agent has no /cmddel route (Istio's agent); nothing to do");
   } else if (reply.status != 200) {
-    LogWarn("node Istio CNI agent answered DEL with status " + std::to_string(reply.status) + ": " + TrimBody(reply.body));
+    LogWarn("node Istio CNI agent answered DEL with status " + std::to_string(reply.status) + ": " +
+            TrimBody(reply.body));
   } else {
     LogDebug("agent acknowledged the deleted pod");
   }
@@ -112,7 +120,8 @@ void CmdCheck(const Invocation& inv) {
     LogDebug("skipping: " + *why);
     return;
   }
-  AgentReply reply = PostToAgent(SocketPath(inv.config), "/cmdcheck", AddEventBody(inv.env, inv.k8s, ips), kAgentTimeoutMs);
+  AgentReply reply =
+      PostToAgent(SocketPath(inv.config), "/cmdcheck", AddEventBody(inv.env, inv.k8s, ips), kAgentTimeoutMs);
   if (!reply.reached) {
     // CHECK is a health probe of a running pod; an agent restart must not make the runtime
     // tear healthy pods down. The agent's own drift detection covers the pod meanwhile.
@@ -137,11 +146,13 @@ void CmdGc(const Invocation& inv, const std::string& stdin_data) {
   // open). Best effort, like DEL: an absent or older agent is not the runtime's problem.
   AgentReply reply = PostToAgent(SocketPath(inv.config), "/cmdgc", GcEventBody(stdin_data), kAgentTimeoutMs);
   if (!reply.reached) {
-    LogWarn("could not forward GC to the node Istio CNI agent (" + reply.error + "); it keeps its enrolments until the next GC");
+    LogWarn("could not forward GC to the node Istio CNI agent (" + reply.error +
+            "); it keeps its enrolments until the next GC");
   } else if (IsGoMuxNotFound(reply)) {
     LogDebug("agent has no /cmdgc route (Istio's agent); nothing to do");
   } else if (reply.status != 200) {
-    const std::string msg = "istio-cni cmdGC: node Istio CNI agent answered status " + std::to_string(reply.status) + ": " + TrimBody(reply.body);
+    const std::string msg = "istio-cni cmdGC: node Istio CNI agent answered status " + std::to_string(reply.status) +
+                            ": " + TrimBody(reply.body);
     LogError(msg);
     throw CniError(kInternal, msg);
   }

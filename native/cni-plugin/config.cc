@@ -107,14 +107,16 @@ constexpr size_t kMaxPodUidBytes = 128;
 std::string StringField(const ordered_json& conf, const char* key, const std::string& fallback) {
   auto it = conf.find(key);
   if (it == conf.end() || it->is_null()) return fallback;
-  if (!it->is_string()) throw CniError(kInvalidNetworkConfig, std::string("invalid network config: \"") + key + "\" must be a string");
+  if (!it->is_string())
+    throw CniError(kInvalidNetworkConfig, std::string("invalid network config: \"") + key + "\" must be a string");
   return it->get<std::string>();
 }
 
 bool BoolField(const ordered_json& conf, const char* key, bool fallback) {
   auto it = conf.find(key);
   if (it == conf.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) throw CniError(kInvalidNetworkConfig, std::string("invalid network config: \"") + key + "\" must be a boolean");
+  if (!it->is_boolean())
+    throw CniError(kInvalidNetworkConfig, std::string("invalid network config: \"") + key + "\" must be a boolean");
   return it->get<bool>();
 }
 
@@ -125,9 +127,12 @@ bool NestedDeeperThan(const std::string& text, int limit) {
   bool in_string = false, escaped = false;
   for (char c : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -161,7 +166,8 @@ void RequireEnvFor(const CniEnv& env) {
   if (c == "ADD" || c == "CHECK") Require(env.netns, "CNI_NETNS");
   if (c != "ADD" && c != "DEL" && c != "CHECK") return;
   if (!IsCniIdentifier(env.container_id, kMaxIdBytes)) {
-    InvalidEnv("CNI_CONTAINERID", env.container_id, "has characters other than [a-zA-Z0-9_.-] (or does not start with a letter or digit)");
+    InvalidEnv("CNI_CONTAINERID", env.container_id,
+               "has characters other than [a-zA-Z0-9_.-] (or does not start with a letter or digit)");
   }
   if (const char* why = InterfaceNameProblem(env.ifname)) InvalidEnv("CNI_IFNAME", env.ifname, why);
   if (!env.netns.empty()) {
@@ -181,10 +187,14 @@ K8sArgs ParseCniArgs(const std::string& args) {
     size_t eq = pair.find('=');
     if (eq == std::string::npos) throw CniError(kInvalidEnvironment, "invalid CNI_ARGS pair \"" + pair + "\"");
     std::string key = pair.substr(0, eq), value = pair.substr(eq + 1);
-    if (key == "K8S_POD_NAME") out.pod_name = value;
-    else if (key == "K8S_POD_NAMESPACE") out.pod_namespace = value;
-    else if (key == "K8S_POD_INFRA_CONTAINER_ID") out.infra_container_id = value;
-    else if (key == "K8S_POD_UID") out.pod_uid = value;
+    if (key == "K8S_POD_NAME")
+      out.pod_name = value;
+    else if (key == "K8S_POD_NAMESPACE")
+      out.pod_namespace = value;
+    else if (key == "K8S_POD_INFRA_CONTAINER_ID")
+      out.infra_container_id = value;
+    else if (key == "K8S_POD_UID")
+      out.pod_uid = value;
     // Anything else (IgnoreUnknown, runtime-specific keys) is not ours to judge.
   }
   // An empty value is an absent key (a pod without a name is not a Kubernetes pod).
@@ -214,30 +224,35 @@ PluginConfig ParseConfig(const std::string& stdin_data, std::string* version_for
   } catch (const ordered_json::exception& e) {
     throw CniError(kDecodeFailure, "failed to decode network config from stdin", e.what());
   }
-  if (!conf.is_object()) throw CniError(kDecodeFailure, "failed to decode network config from stdin", "not a JSON object");
+  if (!conf.is_object())
+    throw CniError(kDecodeFailure, "failed to decode network config from stdin", "not a JSON object");
 
   PluginConfig pc;
   // As the Go CNI library: a config without cniVersion is 0.1.0, which is not supported here.
   auto v = conf.find("cniVersion");
-  if (v != conf.end() && !v->is_string()) throw CniError(kDecodeFailure, "failed to decode cniVersion", "cniVersion must be a string");
+  if (v != conf.end() && !v->is_string())
+    throw CniError(kDecodeFailure, "failed to decode cniVersion", "cniVersion must be a string");
   pc.cni_version = v == conf.end() ? "0.1.0" : v->get<std::string>();
   if (!IsSupportedCniVersion(pc.cni_version)) {
     std::string supported;
     for (const auto& s : SupportedCniVersions()) supported += (supported.empty() ? "" : ", ") + s;
-    throw CniError(kIncompatibleCniVersion, "incompatible CNI versions", "config is \"" + pc.cni_version + "\", plugin supports [" + supported + "]");
+    throw CniError(kIncompatibleCniVersion, "incompatible CNI versions",
+                   "config is \"" + pc.cni_version + "\", plugin supports [" + supported + "]");
   }
   if (version_for_errors) *version_for_errors = pc.cni_version;
 
   pc.name = StringField(conf, "name", "");
   // skel's validateConfig, for every command but VERSION.
   if (pc.name.empty()) throw CniError(kInvalidNetworkConfig, "missing network name");
-  if (!IsCniIdentifier(pc.name, kMaxIdBytes)) throw CniError(kInvalidNetworkConfig, "invalid characters found in network name", Shown(pc.name));
+  if (!IsCniIdentifier(pc.name, kMaxIdBytes))
+    throw CniError(kInvalidNetworkConfig, "invalid characters found in network name", Shown(pc.name));
   pc.type = StringField(conf, "type", "");
   pc.agent_run_dir = StringField(conf, "cni_agent_run_dir", pc.agent_run_dir);
   if (pc.agent_run_dir.empty()) pc.agent_run_dir = "/var/run/istio-cni";
   // JSON can carry "\u0000", which would silently cut the socket path short.
   if (pc.agent_run_dir[0] != '/' || pc.agent_run_dir.find('\0') != std::string::npos) {
-    throw CniError(kInvalidNetworkConfig, "invalid network config: \"cni_agent_run_dir\" must be an absolute path", Shown(pc.agent_run_dir));
+    throw CniError(kInvalidNetworkConfig, "invalid network config: \"cni_agent_run_dir\" must be an absolute path",
+                   Shown(pc.agent_run_dir));
   }
   pc.ambient_enabled = BoolField(conf, "ambient_enabled", false);
   pc.pod_namespace = StringField(conf, "pod_namespace", "");
@@ -247,22 +262,29 @@ PluginConfig ParseConfig(const std::string& stdin_data, std::string* version_for
 
   auto ex = conf.find("exclude_namespaces");
   if (ex != conf.end() && !ex->is_null()) {
-    if (!ex->is_array()) throw CniError(kInvalidNetworkConfig, "invalid network config: \"exclude_namespaces\" must be an array of strings or null");
+    if (!ex->is_array())
+      throw CniError(kInvalidNetworkConfig,
+                     "invalid network config: \"exclude_namespaces\" must be an array of strings or null");
     for (const auto& n : *ex) {
-      if (!n.is_string()) throw CniError(kInvalidNetworkConfig, "invalid network config: \"exclude_namespaces\" must be an array of strings or null");
+      if (!n.is_string())
+        throw CniError(kInvalidNetworkConfig,
+                       "invalid network config: \"exclude_namespaces\" must be an array of strings or null");
       pc.exclude_namespaces.push_back(n.get<std::string>());
     }
   }
 
   auto sel = conf.find("enablement_selectors");
   if (sel != conf.end() && !sel->is_null()) {
-    if (!sel->is_array()) throw CniError(kInvalidNetworkConfig, "invalid network config: \"enablement_selectors\" must be an array or null");
+    if (!sel->is_array())
+      throw CniError(kInvalidNetworkConfig,
+                     "invalid network config: \"enablement_selectors\" must be an array or null");
     pc.enablement_selectors = nlohmann::json::parse(sel->dump());
   }
 
   auto prev = conf.find("prevResult");
   if (prev != conf.end() && !prev->is_null()) {
-    if (!prev->is_object()) throw CniError(kInvalidNetworkConfig, "invalid network config: \"prevResult\" must be an object");
+    if (!prev->is_object())
+      throw CniError(kInvalidNetworkConfig, "invalid network config: \"prevResult\" must be an object");
     pc.has_prev_result = true;
     pc.prev_result = *prev;
   }

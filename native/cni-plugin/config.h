@@ -10,11 +10,11 @@
 namespace istio_cni {
 
 struct CniEnv {
-  std::string command;      // CNI_COMMAND
-  std::string container_id; // CNI_CONTAINERID
-  std::string netns;        // CNI_NETNS
-  std::string ifname;       // CNI_IFNAME
-  std::string args;         // CNI_ARGS
+  std::string command;       // CNI_COMMAND
+  std::string container_id;  // CNI_CONTAINERID
+  std::string netns;         // CNI_NETNS
+  std::string ifname;        // CNI_IFNAME
+  std::string args;          // CNI_ARGS
 };
 
 CniEnv ReadCniEnv();
@@ -50,11 +50,11 @@ struct PluginConfig {
   bool ambient_enabled = false;                      // Go zero value: the installer always writes it
   std::string pod_namespace;                         // the agent's own namespace
   std::string plugin_log_level = "info";
-  nlohmann::json enablement_selectors;               // kept for completeness; the agent evaluates them
-  bool native_nftables = false;                      // the agent's concern; accepted, not used
-  bool enable_ambient_detection_retry = false;       // applies to kube API lookups, which this plugin never makes
+  nlohmann::json enablement_selectors;          // kept for completeness; the agent evaluates them
+  bool native_nftables = false;                 // the agent's concern; accepted, not used
+  bool enable_ambient_detection_retry = false;  // applies to kube API lookups, which this plugin never makes
   bool has_prev_result = false;
-  nlohmann::ordered_json prev_result;                // as received, key order kept for the echo
+  nlohmann::ordered_json prev_result;  // as received, key order kept for the echo
 };
 
 // Decodes stdin. Throws CniError: 6 for bytes that are not a JSON object (or nest deeper than

@@ -84,7 +84,8 @@ EnablementVerdict NamespaceEnablement(const std::string& run_dir, const std::str
   std::string generated = at != doc.end() && at->is_string() ? at->get<std::string>() : std::string();
   std::string from = " (enablement snapshot generated at " + (generated.empty() ? std::string("?") : generated) + ")";
 
-  if (Contains(namespaces, pod_namespace)) return {NamespaceMode::kAmbient, "namespace " + pod_namespace + " is ambient" + from};
+  if (Contains(namespaces, pod_namespace))
+    return {NamespaceMode::kAmbient, "namespace " + pod_namespace + " is ambient" + from};
   if (all->get<bool>() && !Contains(excluded, pod_namespace)) {
     return {NamespaceMode::kAmbient, "all namespaces are ambient and " + pod_namespace + " is not excluded" + from};
   }

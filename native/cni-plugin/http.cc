@@ -102,10 +102,14 @@ ResponseParser::State ResponseParser::ParseHead() {
     if (status_ >= 100 && status_ < 200) continue;
     have_head_ = true;
     body_start_ = 0;
-    if (status_ == 204 || status_ == 304) framing_ = Framing::kNone;
-    else if (chunked) framing_ = Framing::kChunked;  // chunked wins over Content-Length (RFC 9112)
-    else if (has_length) framing_ = Framing::kLength, content_length_ = length;
-    else framing_ = Framing::kClose;
+    if (status_ == 204 || status_ == 304)
+      framing_ = Framing::kNone;
+    else if (chunked)
+      framing_ = Framing::kChunked;  // chunked wins over Content-Length (RFC 9112)
+    else if (has_length)
+      framing_ = Framing::kLength, content_length_ = length;
+    else
+      framing_ = Framing::kClose;
     if (framing_ == Framing::kLength && content_length_ > kMaxResponseBytes) return Fail("reply larger than 1 MiB");
     return State::kNeedMore;
   }
@@ -149,12 +153,13 @@ ResponseParser::State ResponseParser::Parse(bool eof) {
   if (!have_head_) {
     State s = ParseHead();
     if (s == State::kError) return s;
-    if (!have_head_) return eof ? Fail(buf_.empty() ? "connection closed without a reply" : "connection closed inside the reply header") : s;
+    if (!have_head_)
+      return eof ? Fail(buf_.empty() ? "connection closed without a reply"
+                                     : "connection closed inside the reply header")
+                 : s;
   }
   switch (framing_) {
-    case Framing::kNone:
-      state_ = State::kDone;
-      return state_;
+    case Framing::kNone: state_ = State::kDone; return state_;
     case Framing::kLength:
       if (buf_.size() >= content_length_) {
         body_ = buf_.substr(0, content_length_);
@@ -162,8 +167,7 @@ ResponseParser::State ResponseParser::Parse(bool eof) {
         return state_;
       }
       return eof ? Fail("connection closed before Content-Length bytes arrived") : State::kNeedMore;
-    case Framing::kChunked:
-      return ParseChunked(eof);
+    case Framing::kChunked: return ParseChunked(eof);
     case Framing::kClose:
       if (!eof) return State::kNeedMore;
       body_ = buf_;

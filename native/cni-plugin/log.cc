@@ -85,13 +85,19 @@ void WriteStderr(const std::string& text) {
 }  // namespace
 
 bool SetLogLevel(const std::string& name) {
-  if (name == "debug") g_threshold = static_cast<int>(LogLevel::kDebug);
-  else if (name == "info") g_threshold = static_cast<int>(LogLevel::kInfo);
-  else if (name == "warn" || name == "warning") g_threshold = static_cast<int>(LogLevel::kWarn);
-  else if (name == "error") g_threshold = static_cast<int>(LogLevel::kError);
+  if (name == "debug")
+    g_threshold = static_cast<int>(LogLevel::kDebug);
+  else if (name == "info")
+    g_threshold = static_cast<int>(LogLevel::kInfo);
+  else if (name == "warn" || name == "warning")
+    g_threshold = static_cast<int>(LogLevel::kWarn);
+  else if (name == "error")
+    g_threshold = static_cast<int>(LogLevel::kError);
   // Istio's "fatal": only fatal lines, and this plugin has none, so it logs nothing (as "none").
-  else if (name == "fatal" || name == "none") g_threshold = static_cast<int>(LogLevel::kError) + 1;
-  else return false;
+  else if (name == "fatal" || name == "none")
+    g_threshold = static_cast<int>(LogLevel::kError) + 1;
+  else
+    return false;
   return true;
 }
 
@@ -131,11 +137,14 @@ void FlushLogSink() noexcept {
     const std::string body = lines.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     AgentReply reply = PostToAgent(g_sink, kSinkRoute, body, kSinkTimeoutMs);
     std::string problem;
-    if (!reply.reached) problem = reply.error;
-    else if (reply.status != 200) problem = "status " + std::to_string(reply.status);
+    if (!reply.reached)
+      problem = reply.error;
+    else if (reply.status != 200)
+      problem = "status " + std::to_string(reply.status);
     // Noted on stderr only (never sent: the sink is what failed), and only at debug.
     if (!problem.empty() && Enabled(LogLevel::kDebug)) {
-      WriteStderr(FormatLine(LogLevel::kDebug, "could not send the plugin log to the node agent at " + g_sink + ": " + problem));
+      WriteStderr(FormatLine(LogLevel::kDebug,
+                             "could not send the plugin log to the node agent at " + g_sink + ": " + problem));
     }
   } catch (...) {
     // Out of memory or similar while logging: the CNI result is already on stdout.

@@ -88,7 +88,8 @@ int Run(std::string* version_for_errors) {
     throw;
   }
   SetLogSink(inv.config.agent_run_dir + "/" + kLogSocket);
-  if (!SetLogLevel(inv.config.plugin_log_level)) LogWarn("unknown plugin_log_level \"" + inv.config.plugin_log_level + "\", using info");
+  if (!SetLogLevel(inv.config.plugin_log_level))
+    LogWarn("unknown plugin_log_level \"" + inv.config.plugin_log_level + "\", using info");
 
   // STATUS always reports ready. The plugin can serve ADD whatever the agent's state: an
   // ambient pod fails closed on its own ADD when the agent is down, while reporting not-ready

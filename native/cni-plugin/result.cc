@@ -81,7 +81,8 @@ std::vector<PodIp> PodIpsFromPrevResult(const PluginConfig& config) {
     if (bytes == 0) Invalid("address \"" + cidr + "\" has an invalid IP");
     const std::string prefix = cidr.substr(slash + 1);
     // Digits only (no sign, space or NUL), at most 3 of them.
-    const bool digits = !prefix.empty() && prefix.size() <= 3 && prefix.find_first_not_of("0123456789") == std::string::npos;
+    const bool digits =
+        !prefix.empty() && prefix.size() <= 3 && prefix.find_first_not_of("0123456789") == std::string::npos;
     long prefix_len = digits ? strtol(prefix.c_str(), nullptr, 10) : -1;
     if (!digits || prefix_len > bytes * 8) {
       Invalid("address \"" + cidr + "\" has an invalid prefix length");
@@ -90,7 +91,8 @@ std::vector<PodIp> PodIpsFromPrevResult(const PluginConfig& config) {
 
     auto gw = entry.find("gateway");
     if (gw != entry.end() && !gw->is_null()) {
-      if (!gw->is_string() || CanonicalIp(gw->get<std::string>(), &ip.gateway) == 0) Invalid("ips[].gateway must be an IP address");
+      if (!gw->is_string() || CanonicalIp(gw->get<std::string>(), &ip.gateway) == 0)
+        Invalid("ips[].gateway must be an IP address");
     }
 
     auto iface = entry.find("interface");

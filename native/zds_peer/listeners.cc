@@ -28,7 +28,7 @@ struct Listener {
 
 // ztunnel's order: DNS first, then inbound, HBONE, outbound.
 constexpr Listener kListeners[] = {
-    {15053, SOCK_DGRAM, false, true}, {15053, SOCK_STREAM, false, true}, {15006, SOCK_STREAM, true, false},
+    {15053, SOCK_DGRAM, false, true},  {15053, SOCK_STREAM, false, true}, {15006, SOCK_STREAM, true, false},
     {15008, SOCK_STREAM, true, false}, {15001, SOCK_STREAM, true, false},
 };
 

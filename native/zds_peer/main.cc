@@ -97,8 +97,10 @@ class Peer {
       std::string error = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? "received truncated message" : "";
       Request req;
       if (error.empty() && !DecodeRequest(buf, static_cast<size_t>(n), &req, &error)) req.kind = RequestKind::kNone;
-      if (error.empty()) error = Apply(req, fd, &in_snapshot, &snapshot_done);
-      else if (fd >= 0) close(fd);
+      if (error.empty())
+        error = Apply(req, fd, &in_snapshot, &snapshot_done);
+      else if (fd >= 0)
+        close(fd);
       std::string ack = EncodeAck(error);
       if (send(sock, ack.data(), ack.size(), MSG_NOSIGNAL) < 0) return;
       Report(req, error, received);
@@ -113,8 +115,10 @@ class Peer {
       for (size_t i = 0; i < count; i++) {
         int got;
         memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        if (fd < 0) fd = got;
-        else close(got);  // more than one fd: keep the first, the request is refused below
+        if (fd < 0)
+          fd = got;
+        else
+          close(got);  // more than one fd: keep the first, the request is refused below
       }
     }
     return fd;
@@ -134,9 +138,7 @@ class Peer {
       case RequestKind::kKeep:
         if (!*snapshot_done) in_snapshot->insert(req.uid);
         return pods_.count(req.uid) ? "" : "keep for an unknown workload";
-      case RequestKind::kDel:
-        Remove(req.uid);
-        return "";
+      case RequestKind::kDel: Remove(req.uid); return "";
       case RequestKind::kSnapshotSent:
         for (auto it = pods_.begin(); it != pods_.end();) {
           if (in_snapshot->count(it->first)) {
@@ -188,7 +190,8 @@ class Peer {
     }
     switch (req.kind) {
       case RequestKind::kAdd:
-        printf("add %s %s/%s %lld\n", req.uid.c_str(), req.pod_namespace.c_str(), req.name.c_str(), static_cast<long long>(us));
+        printf("add %s %s/%s %lld\n", req.uid.c_str(), req.pod_namespace.c_str(), req.name.c_str(),
+               static_cast<long long>(us));
         break;
       case RequestKind::kDel: printf("del %s\n", req.uid.c_str()); break;
       case RequestKind::kSnapshotSent: printf("snapshot %zu\n", pods_.size()); break;

@@ -117,8 +117,10 @@ bool DecodeRequest(const uint8_t* data, size_t len, Request* out, std::string* w
       default: return r->Skip(wt);
     }
   });
-  if (!ok) *why = "malformed WorkloadRequest";
-  else if (out->kind == RequestKind::kNone) *why = "WorkloadRequest without a payload";
+  if (!ok)
+    *why = "malformed WorkloadRequest";
+  else if (out->kind == RequestKind::kNone)
+    *why = "WorkloadRequest without a payload";
   return ok && out->kind != RequestKind::kNone;
 }
 

@@ -14,7 +14,7 @@ enum class RequestKind { kNone, kAdd, kDel, kSnapshotSent, kKeep };
 struct Request {
   RequestKind kind = RequestKind::kNone;
   std::string uid;
-  std::string name;       // add: workload_info.name
+  std::string name;           // add: workload_info.name
   std::string pod_namespace;  // add: workload_info.namespace
 };
 

@@ -6,7 +6,11 @@ import { join, resolve } from 'node:path';
 import { projectRoot } from '../project-root.js';
 import type { Step } from './steps.js';
 
-export interface RawNetnsInfo { fd: number; ino: number; dev: number }
+export interface RawNetnsInfo {
+  fd: number;
+  ino: number;
+  dev: number;
+}
 export interface RawExecutorStats {
   threadsStarted: number;
   threadsRetired: number;
@@ -25,7 +29,11 @@ export interface RawDatagram {
   eof: boolean;
 }
 
-export interface RawPollEvents { readable: number; writable: number; disconnect: number }
+export interface RawPollEvents {
+  readable: number;
+  writable: number;
+  disconnect: number;
+}
 
 /** uv_poll on Node's own loop; the callback gets (status < 0 on error, event bits). */
 export interface RawFdPoller {
@@ -54,7 +62,11 @@ export interface RawAddon {
   /** SO_ORIGINAL_DST of a REDIRECTed TCP connection (IPv4, then IPv6). */
   originalDestination(fd: number): { address: string; port: number };
   /** Reads a netlink watch socket (netlinkWatch step) until empty; counts what changed. */
-  netlinkWatchDrain(fd: number, routeTable: number, nftTables?: readonly string[]): { nftables: number; rules: number; routes: number; addresses: number; overrun: boolean };
+  netlinkWatchDrain(
+    fd: number,
+    routeTable: number,
+    nftTables?: readonly string[],
+  ): { nftables: number; rules: number; routes: number; addresses: number; overrun: boolean };
   FdPoller: new (fd: number, callback: (status: number, events: number) => void) => RawFdPoller;
   pollEvents: RawPollEvents;
 }
@@ -63,11 +75,7 @@ const ADDON_FILE = 'ambient_native.node';
 
 export function addonCandidates(root = projectRoot()): string[] {
   const fromEnv = process.env['AMBIENT_NATIVE_ADDON'];
-  return [
-    ...(fromEnv ? [resolve(fromEnv)] : []),
-    join(root, 'build', 'Release', ADDON_FILE),
-    join(root, 'build', 'Debug', ADDON_FILE),
-  ];
+  return [...(fromEnv ? [resolve(fromEnv)] : []), join(root, 'build', 'Release', ADDON_FILE), join(root, 'build', 'Debug', ADDON_FILE)];
 }
 
 function explain(tried: string[], failures: string[]): string {

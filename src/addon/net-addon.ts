@@ -6,7 +6,10 @@ import { loadRawAddon, type RawAddon, type RawExecutorStats } from './binding.js
 import { NativeNetnsWatch, type NetnsWatch, type WatchOptions } from './netns-watch.js';
 import { assertValidSteps, type ResultsOf, type SocketStep, type Step } from './steps.js';
 
-export interface NetnsIdentity { ino: number; dev: number }
+export interface NetnsIdentity {
+  ino: number;
+  dev: number;
+}
 
 /** An open network namespace. Holding the fd keeps the namespace alive. */
 export interface NetnsHandle extends NetnsIdentity {
@@ -73,8 +76,15 @@ export class NativeNetAddon implements NetAddon {
   }
 
   async watchNetns(ns: NetnsHandle, opts: WatchOptions): Promise<NetnsWatch> {
-    const results = await this.run(ns, opts.kinds.map((kind) => ({ op: 'netlinkWatch' as const, kind })));
-    return new NativeNetnsWatch(this.raw, results.map((r) => r.fd), opts);
+    const results = await this.run(
+      ns,
+      opts.kinds.map((kind) => ({ op: 'netlinkWatch' as const, kind })),
+    );
+    return new NativeNetnsWatch(
+      this.raw,
+      results.map((r) => r.fd),
+      opts,
+    );
   }
 
   warmUp(): void {

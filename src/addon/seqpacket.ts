@@ -157,8 +157,17 @@ export class SeqpacketListener {
   }
 
   /** Removes a stale socket file, creates missing directories, binds with `mode`, listens. */
-  static listen(path: string, onConnection: (socket: SeqpacketSocket) => void, options: ListenOptions = {}, raw = loadRawAddon()): SeqpacketListener {
-    const fd = raw.seqpacketListen(path, { mode: options.mode ?? 0o600, dirMode: options.dirMode ?? 0o755, backlog: options.backlog ?? 16 });
+  static listen(
+    path: string,
+    onConnection: (socket: SeqpacketSocket) => void,
+    options: ListenOptions = {},
+    raw = loadRawAddon(),
+  ): SeqpacketListener {
+    const fd = raw.seqpacketListen(path, {
+      mode: options.mode ?? 0o600,
+      dirMode: options.dirMode ?? 0o755,
+      backlog: options.backlog ?? 16,
+    });
     return new SeqpacketListener(path, fd, raw, onConnection, options.paused ?? false);
   }
 

@@ -11,10 +11,24 @@ export interface NftStep {
   /** List in libnftables' JSON format (`nft -j`). */
   json?: boolean;
 }
-export interface FwmarkRuleSpec { family: Family; mark: number; mask: number; priority: number; table: number }
-export interface AddFwmarkRuleStep extends FwmarkRuleSpec { op: 'addFwmarkRule' }
-export interface DeleteFwmarkRuleStep extends FwmarkRuleSpec { op: 'deleteFwmarkRule' }
-export interface LocalRouteSpec { family: Family; table: number; dev: string }
+export interface FwmarkRuleSpec {
+  family: Family;
+  mark: number;
+  mask: number;
+  priority: number;
+  table: number;
+}
+export interface AddFwmarkRuleStep extends FwmarkRuleSpec {
+  op: 'addFwmarkRule';
+}
+export interface DeleteFwmarkRuleStep extends FwmarkRuleSpec {
+  op: 'deleteFwmarkRule';
+}
+export interface LocalRouteSpec {
+  family: Family;
+  table: number;
+  dev: string;
+}
 export interface ReplaceLocalRouteStep extends LocalRouteSpec {
   op: 'replaceLocalRoute';
   /**
@@ -23,7 +37,9 @@ export interface ReplaceLocalRouteStep extends LocalRouteSpec {
    */
   skipWithoutIpv6?: boolean;
 }
-export interface DeleteLocalRouteStep extends LocalRouteSpec { op: 'deleteLocalRoute' }
+export interface DeleteLocalRouteStep extends LocalRouteSpec {
+  op: 'deleteLocalRoute';
+}
 /** One change of a routing step: the same fields and meaning as the single-change step of that name. */
 export type RoutingChange =
   | (FwmarkRuleSpec & { kind: 'addFwmarkRule' | 'deleteFwmarkRule' })
@@ -33,14 +49,32 @@ export type RoutingChange =
  * Several rule/route changes in one rtnetlink sendmsg (one ack each, in order); the first one the
  * kernel refuses fails the step. Adding an existing rule and deleting what is gone are no-ops.
  */
-export interface RoutingStep { op: 'routing'; changes: RoutingChange[] }
-export interface ListFwmarkRulesStep { op: 'listFwmarkRules'; family: Family }
-export interface ListRoutesStep { op: 'listRoutes'; family: Family; table: number }
+export interface RoutingStep {
+  op: 'routing';
+  changes: RoutingChange[];
+}
+export interface ListFwmarkRulesStep {
+  op: 'listFwmarkRules';
+  family: Family;
+}
+export interface ListRoutesStep {
+  op: 'listRoutes';
+  family: Family;
+  table: number;
+}
 /** Whether IPv6 is enabled on `dev` (the same test as skipWithoutIpv6). */
-export interface DeviceHasIpv6Step { op: 'deviceHasIpv6'; dev: string }
+export interface DeviceHasIpv6Step {
+  op: 'deviceHasIpv6';
+  dev: string;
+}
 /** Brings `dev` up; changed is false when it was up already. */
-export interface SetLinkUpStep { op: 'setLinkUp'; dev: string }
-export interface ListAddressesStep { op: 'listAddresses' }
+export interface SetLinkUpStep {
+  op: 'setLinkUp';
+  dev: string;
+}
+export interface ListAddressesStep {
+  op: 'listAddresses';
+}
 export interface SocketStep {
   op: 'socket';
   family: Family;
@@ -64,41 +98,83 @@ export interface ExecStep {
   /** When given, the child gets exactly these variables instead of the agent's environment. */
   env?: Record<string, string>;
 }
-export interface NetnsIdStep { op: 'netnsId' }
+export interface NetnsIdStep {
+  op: 'netnsId';
+}
 /**
  * Deletes whole nftables tables in one raw nfnetlink batch, outside libnftables' process-wide
  * lock (deleting base chains waits for an RCU grace period); missing tables are fine.
  */
 /** The namespace's nftables ruleset generation: +1 with every committed transaction. */
-export interface NftGenerationStep { op: 'nftGeneration' }
+export interface NftGenerationStep {
+  op: 'nftGeneration';
+}
 /** A netlink socket opened inside the namespace, subscribed to its changes (src/addon/netns-watch.ts). */
-export interface NetlinkWatchStep { op: 'netlinkWatch'; kind: 'nftables' | 'routing' }
-export interface DeleteNftTablesStep { op: 'deleteNftTables'; family: 'inet' | 'ip' | 'ip6'; tables: string[] }
+export interface NetlinkWatchStep {
+  op: 'netlinkWatch';
+  kind: 'nftables' | 'routing';
+}
+export interface DeleteNftTablesStep {
+  op: 'deleteNftTables';
+  family: 'inet' | 'ip' | 'ip6';
+  tables: string[];
+}
 /**
  * Kernel ip sets through raw nfnetlink (no `ipset` binary), as Istio's agent writes them:
  * `hash:ip` with comment support. Creating a set that exists identically and destroying a missing
  * one succeed; a set of that name with other parameters is kept (result `skipped: true`, as Istio
  * ignores "exists"); deleting an absent element succeeds with `changed: false`.
  */
-export interface IpsetCreateStep { op: 'ipsetCreate'; name: string; family: Family }
-export interface IpsetDestroyStep { op: 'ipsetDestroy'; name: string }
-export interface IpsetFlushStep { op: 'ipsetFlush'; name: string }
-export interface IpsetListStep { op: 'ipsetList'; name: string }
+export interface IpsetCreateStep {
+  op: 'ipsetCreate';
+  name: string;
+  family: Family;
+}
+export interface IpsetDestroyStep {
+  op: 'ipsetDestroy';
+  name: string;
+}
+export interface IpsetFlushStep {
+  op: 'ipsetFlush';
+  name: string;
+}
+export interface IpsetListStep {
+  op: 'ipsetList';
+  name: string;
+}
 /** `replace` (default true, as Istio): an element already in the set takes the new comment. */
-export interface IpsetAddStep { op: 'ipsetAdd'; name: string; ip: string; comment?: string; replace?: boolean }
-export interface IpsetDelStep { op: 'ipsetDel'; name: string; ip: string }
+export interface IpsetAddStep {
+  op: 'ipsetAdd';
+  name: string;
+  ip: string;
+  comment?: string;
+  replace?: boolean;
+}
+export interface IpsetDelStep {
+  op: 'ipsetDel';
+  name: string;
+  ip: string;
+}
 export type IpsetStep = IpsetCreateStep | IpsetDestroyStep | IpsetFlushStep | IpsetListStep | IpsetAddStep | IpsetDelStep;
 /**
  * Compiles `tables` as they are in the namespace into nf_tables netlink messages (table, flush,
  * chains, rules), ready for an nftBatch step elsewhere: run it in a fresh namespace right after
  * the nft step that loaded the rules' text, so the batch is exactly what the kernel made of it.
  */
-export interface NftCompileStep { op: 'nftCompile'; family: 'inet' | 'ip' | 'ip6'; tables: string[] }
+export interface NftCompileStep {
+  op: 'nftCompile';
+  family: 'inet' | 'ip' | 'ip6';
+  tables: string[];
+}
 /**
  * Sends a compiled batch in one sendmsg and reads the generation around it; if the kernel
  * refuses the batch (nothing applied), `script` is applied through libnftables instead.
  */
-export interface NftBatchStep { op: 'nftBatch'; batch: Uint8Array; script: string }
+export interface NftBatchStep {
+  op: 'nftBatch';
+  batch: Uint8Array;
+  script: string;
+}
 
 export type Step =
   | NftStep
@@ -122,20 +198,70 @@ export type Step =
   | NftBatchStep
   | RoutingStep;
 
-export interface NftResult { op: 'nft'; output: string }
-export interface ChangeResult { op: string; changed: boolean; skipped: boolean }
+export interface NftResult {
+  op: 'nft';
+  output: string;
+}
+export interface ChangeResult {
+  op: string;
+  changed: boolean;
+  skipped: boolean;
+}
 export type FwmarkRuleEntry = FwmarkRuleSpec;
-export interface ListFwmarkRulesResult { op: 'listFwmarkRules'; rules: FwmarkRuleEntry[] }
-export interface RouteEntry { family: Family; dst: string; dstLen: number; type: number; dev: string; table: number }
-export interface ListRoutesResult { op: 'listRoutes'; routes: RouteEntry[] }
-export interface DeviceHasIpv6Result { op: 'deviceHasIpv6'; hasIpv6: boolean }
-export interface AddressEntry { family: Family; address: string; prefixLen: number; dev: string }
-export interface ListAddressesResult { op: 'listAddresses'; addresses: AddressEntry[] }
-export interface SocketResult { op: 'socket' | 'netlinkWatch'; fd: number }
-export interface ExecResult { op: 'exec'; exitCode: number; signal: number; stdout: string; stderr: string }
-export interface NetnsIdResult { op: 'netnsId'; ino: number; dev: number }
-export interface NftGenerationResult { op: 'nftGeneration'; generation: number }
-export interface IpsetEntry { ip: string; comment: string }
+export interface ListFwmarkRulesResult {
+  op: 'listFwmarkRules';
+  rules: FwmarkRuleEntry[];
+}
+export interface RouteEntry {
+  family: Family;
+  dst: string;
+  dstLen: number;
+  type: number;
+  dev: string;
+  table: number;
+}
+export interface ListRoutesResult {
+  op: 'listRoutes';
+  routes: RouteEntry[];
+}
+export interface DeviceHasIpv6Result {
+  op: 'deviceHasIpv6';
+  hasIpv6: boolean;
+}
+export interface AddressEntry {
+  family: Family;
+  address: string;
+  prefixLen: number;
+  dev: string;
+}
+export interface ListAddressesResult {
+  op: 'listAddresses';
+  addresses: AddressEntry[];
+}
+export interface SocketResult {
+  op: 'socket' | 'netlinkWatch';
+  fd: number;
+}
+export interface ExecResult {
+  op: 'exec';
+  exitCode: number;
+  signal: number;
+  stdout: string;
+  stderr: string;
+}
+export interface NetnsIdResult {
+  op: 'netnsId';
+  ino: number;
+  dev: number;
+}
+export interface NftGenerationResult {
+  op: 'nftGeneration';
+  generation: number;
+}
+export interface IpsetEntry {
+  ip: string;
+  comment: string;
+}
 /** A missing set lists as exists: false with no entries. */
 export interface IpsetListResult {
   op: 'ipsetList';
@@ -147,8 +273,14 @@ export interface IpsetListResult {
   comments: boolean;
   entries: IpsetEntry[];
 }
-export interface RoutingResult { op: 'routing'; changes: Array<{ changed: boolean; skipped: boolean }> }
-export interface NftCompileResult { op: 'nftCompile'; batch: Uint8Array }
+export interface RoutingResult {
+  op: 'routing';
+  changes: Array<{ changed: boolean; skipped: boolean }>;
+}
+export interface NftCompileResult {
+  op: 'nftCompile';
+  batch: Uint8Array;
+}
 export interface NftBatchResult {
   op: 'nftBatch';
   /** The ruleset generation right before and right after the commit. */
@@ -180,12 +312,12 @@ export type ResultOf<S extends Step> = S extends NftStep
                   : S extends IpsetListStep
                     ? IpsetListResult
                     : S extends NftCompileStep
-                    ? NftCompileResult
-                    : S extends NftBatchStep
-                      ? NftBatchResult
-                      : S extends RoutingStep
-                        ? RoutingResult
-                        : ChangeResult;
+                      ? NftCompileResult
+                      : S extends NftBatchStep
+                        ? NftBatchResult
+                        : S extends RoutingStep
+                          ? RoutingResult
+                          : ChangeResult;
 
 export type ResultsOf<S extends readonly Step[]> = { -readonly [K in keyof S]: ResultOf<S[K]> };
 

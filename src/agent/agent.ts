@@ -83,7 +83,8 @@ export class Agent {
     });
     this.metrics = deps.metrics ?? new AgentMetrics();
     const metrics = this.metrics;
-    const backend = config.backend === 'nftables' ? new NftablesInpodRules(this.addon, settings) : new IptablesInpodRules(this.addon, settings);
+    const backend =
+      config.backend === 'nftables' ? new NftablesInpodRules(this.addon, settings) : new IptablesInpodRules(this.addon, settings);
     this.#backendRules = backend;
     const stamped = new StampedRules(backend);
     this.rules = new TimedRuleManager(stamped, (operation, seconds, ok) =>
@@ -118,13 +119,18 @@ export class Agent {
     });
     // Subscribed before the mode restores anything, so restored pods are watched too.
     reconcileRegisteredPods(this.reconciler, this.registry, stamped, this.mode.reconcileHooks?.() ?? {});
-    this.#plugin = new PluginEventServer(join(config.runDir, PLUGIN_EVENT_SOCKET), {
-      add: (e) => this.mode.cniAdd(e),
-      del: (e) => this.mode.cniDel(e),
-      check: (e) => this.mode.cniCheck(e),
-      pendingAdd: (e) => this.mode.pendingAdd?.(e),
-      gc: async (e) => this.mode.cniGc?.(e),
-    }, this.#log, deps.addAnswerMs !== undefined ? { addAnswerMs: deps.addAnswerMs } : {});
+    this.#plugin = new PluginEventServer(
+      join(config.runDir, PLUGIN_EVENT_SOCKET),
+      {
+        add: (e) => this.mode.cniAdd(e),
+        del: (e) => this.mode.cniDel(e),
+        check: (e) => this.mode.cniCheck(e),
+        pendingAdd: (e) => this.mode.pendingAdd?.(e),
+        gc: async (e) => this.mode.cniGc?.(e),
+      },
+      this.#log,
+      deps.addAnswerMs !== undefined ? { addAnswerMs: deps.addAnswerMs } : {},
+    );
     this.#plugin.onRequest = (route, status, seconds) => {
       metrics.pluginRequests.inc({ response_code: String(status) });
       if (route === '/cmdadd') metrics.podOnboarding.observe({ result: status === 200 ? 'ok' : 'error' }, seconds);
@@ -166,7 +172,12 @@ export class Agent {
         };
       }),
     );
-    return { mode: this.mode.mode, ready: this.notReadyReasons().length === 0, connections: connections.map(({ pods: _pods, ...c }) => c), pods };
+    return {
+      mode: this.mode.mode,
+      ready: this.notReadyReasons().length === 0,
+      connections: connections.map(({ pods: _pods, ...c }) => c),
+      pods,
+    };
   }
 
   /** Istio's readiness: plugin installed and chained, ZDS listening (a ztunnel is not required). */
@@ -247,4 +258,3 @@ export class Agent {
     return this.#metricsServer.address?.port;
   }
 }
-

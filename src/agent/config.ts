@@ -81,40 +81,190 @@ interface Option {
 
 export const OPTIONS: readonly Option[] = [
   { flag: 'cni-bin-dir', env: 'CNI_BIN_DIR', fallback: '/host/opt/cni/bin', help: 'where the plugin binary is installed', kind: 'string' },
-  { flag: 'cni-conf-dir', env: 'MOUNTED_CNI_NET_DIR', fallback: '/host/etc/cni/net.d', help: 'the node CNI config directory', kind: 'string' },
+  {
+    flag: 'cni-conf-dir',
+    env: 'MOUNTED_CNI_NET_DIR',
+    fallback: '/host/etc/cni/net.d',
+    help: 'the node CNI config directory',
+    kind: 'string',
+  },
   { flag: 'cni-conf-name', env: 'CNI_CONF_NAME', fallback: '', help: 'primary CNI config file (default: first valid one)', kind: 'string' },
-  { flag: 'run-dir', env: 'CNI_AGENT_RUN_DIR', fallback: '/var/run/istio-cni', help: 'sockets and state shared with the plugin', kind: 'string' },
-  { flag: 'zds-socket', env: 'ZTUNNEL_UDS_ADDRESS', fallback: '/var/run/ztunnel/ztunnel.sock', help: 'ZDS socket ztunnel connects to', kind: 'string' },
+  {
+    flag: 'run-dir',
+    env: 'CNI_AGENT_RUN_DIR',
+    fallback: '/var/run/istio-cni',
+    help: 'sockets and state shared with the plugin',
+    kind: 'string',
+  },
+  {
+    flag: 'zds-socket',
+    env: 'ZTUNNEL_UDS_ADDRESS',
+    fallback: '/var/run/ztunnel/ztunnel.sock',
+    help: 'ZDS socket ztunnel connects to',
+    kind: 'string',
+  },
   { flag: 'kube-mode', env: 'KUBE_MODE', fallback: 'auto', help: 'auto (Kubernetes when configured) or none (standalone)', kind: 'string' },
-  { flag: 'exclude-namespaces', env: 'EXCLUDE_NAMESPACES', fallback: '', help: 'comma-separated namespaces never enrolled', kind: 'string' },
+  {
+    flag: 'exclude-namespaces',
+    env: 'EXCLUDE_NAMESPACES',
+    fallback: '',
+    help: 'comma-separated namespaces never enrolled',
+    kind: 'string',
+  },
   { flag: 'dns-capture', env: 'AMBIENT_DNS_CAPTURE', fallback: 'true', help: 'redirect DNS to ztunnel (15053)', kind: 'bool' },
   { flag: 'ipv6', env: 'AMBIENT_IPV6', fallback: 'true', help: 'also redirect IPv6', kind: 'bool' },
-  { flag: 'backend', env: 'NATIVE_NFTABLES', fallback: 'nftables', help: 'nftables or iptables (NATIVE_NFTABLES=false selects iptables)', kind: 'string' },
-  { flag: 'netns-root', env: 'NETNS_ROOT', fallback: '/host', help: 'prefix for netns paths from the runtime (the host filesystem)', kind: 'string' },
-  { flag: 'netns-dirs', env: 'NETNS_DIRS', fallback: '', help: "comma-separated extra directories (host paths) where the runtime puts pod netns files, besides the usual ones", kind: 'string' },
+  {
+    flag: 'backend',
+    env: 'NATIVE_NFTABLES',
+    fallback: 'nftables',
+    help: 'nftables or iptables (NATIVE_NFTABLES=false selects iptables)',
+    kind: 'string',
+  },
+  {
+    flag: 'netns-root',
+    env: 'NETNS_ROOT',
+    fallback: '/host',
+    help: 'prefix for netns paths from the runtime (the host filesystem)',
+    kind: 'string',
+  },
+  {
+    flag: 'netns-dirs',
+    env: 'NETNS_DIRS',
+    fallback: '',
+    help: 'comma-separated extra directories (host paths) where the runtime puts pod netns files, besides the usual ones',
+    kind: 'string',
+  },
   { flag: 'proc-dir', env: 'PROC_DIR', fallback: '/host/proc', help: "the host's /proc", kind: 'string' },
-  { flag: 'allow-switch-to-host-ns', env: 'ALLOW_SWITCH_TO_HOST_NS', fallback: 'false', help: 'host probe rules and sets in <proc-dir>/1/ns/net, not the agent\'s own netns', kind: 'bool' },
+  {
+    flag: 'allow-switch-to-host-ns',
+    env: 'ALLOW_SWITCH_TO_HOST_NS',
+    fallback: 'false',
+    help: "host probe rules and sets in <proc-dir>/1/ns/net, not the agent's own netns",
+    kind: 'bool',
+  },
   { flag: 'health-port', env: 'HEALTH_PORT', fallback: '8000', help: '/healthz and /readyz', kind: 'string' },
   { flag: 'metrics-port', env: 'MONITORING_PORT', fallback: '15014', help: '/metrics', kind: 'string' },
   { flag: 'pod-namespace', env: 'POD_NAMESPACE', fallback: 'istio-system', help: "the agent's own namespace", kind: 'string' },
-  { flag: 'log-level', env: 'LOG_LEVEL', fallback: 'info', help: 'every log scope starts at this level: trace, debug, info, warn, error, fatal or silent', kind: 'string' },
-  { flag: 'log-output-level', env: undefined, fallback: '', help: "Istio's <scope>:<level>,... (scopes default, cni-agent, cni-plugin, all; levels debug, info, warn, error, fatal, none)", kind: 'string' },
-  { flag: 'snat-ipv4', env: 'HOST_PROBE_SNAT_IP', fallback: DEFAULT_HOST_PROBE_SNAT_IPV4, help: 'kubelet probe SNAT address', kind: 'string' },
-  { flag: 'snat-ipv6', env: 'HOST_PROBE_SNAT_IPV6', fallback: DEFAULT_HOST_PROBE_SNAT_IPV6, help: 'kubelet probe SNAT address (IPv6)', kind: 'string' },
-  { flag: 'plugin-source', env: 'CNI_PLUGIN_SOURCE', fallback: '', help: 'plugin binary to install (default: build/Release/istio-cni)', kind: 'string' },
+  {
+    flag: 'log-level',
+    env: 'LOG_LEVEL',
+    fallback: 'info',
+    help: 'every log scope starts at this level: trace, debug, info, warn, error, fatal or silent',
+    kind: 'string',
+  },
+  {
+    flag: 'log-output-level',
+    env: undefined,
+    fallback: '',
+    help: "Istio's <scope>:<level>,... (scopes default, cni-agent, cni-plugin, all; levels debug, info, warn, error, fatal, none)",
+    kind: 'string',
+  },
+  {
+    flag: 'snat-ipv4',
+    env: 'HOST_PROBE_SNAT_IP',
+    fallback: DEFAULT_HOST_PROBE_SNAT_IPV4,
+    help: 'kubelet probe SNAT address',
+    kind: 'string',
+  },
+  {
+    flag: 'snat-ipv6',
+    env: 'HOST_PROBE_SNAT_IPV6',
+    fallback: DEFAULT_HOST_PROBE_SNAT_IPV6,
+    help: 'kubelet probe SNAT address (IPv6)',
+    kind: 'string',
+  },
+  {
+    flag: 'plugin-source',
+    env: 'CNI_PLUGIN_SOURCE',
+    fallback: '',
+    help: 'plugin binary to install (default: build/Release/istio-cni)',
+    kind: 'string',
+  },
   { flag: 'kubeconfig', env: 'KUBECONFIG', fallback: '', help: 'kubeconfig file (default: in-cluster service account)', kind: 'string' },
-  { flag: 'node-name', env: 'NODE_NAME', fallback: '', help: 'this node (default: KUBERNETES_NODE_NAME, then the hostname)', kind: 'string' },
-  { flag: 'enablement-selector', env: 'AMBIENT_ENABLEMENT_SELECTOR', fallback: '', help: "YAML list of {podSelector, namespaceSelector} (default: Istio's)", kind: 'string' },
-  { flag: 'system-namespace', env: 'SYSTEM_NAMESPACE', fallback: 'istio-system', help: "Istio's namespace (ztunnel pods are skipped)", kind: 'string' },
-  { flag: 'disable-safe-upgrade', env: 'AMBIENT_DISABLE_SAFE_UPGRADE', fallback: 'false', help: 'always remove node artefacts on SIGTERM', kind: 'bool' },
-  { flag: 'ambient-enabled', env: 'AMBIENT_ENABLED', fallback: 'true', help: 'ambient mode (the only mode this agent implements)', kind: 'bool' },
-  { flag: 'chained-cni-plugin', env: 'CHAINED_CNI_PLUGIN', fallback: 'true', help: 'chain into the primary config (false: a standalone config file)', kind: 'bool' },
-  { flag: 'istio-owned-cni-config', env: 'ISTIO_OWNED_CNI_CONFIG', fallback: 'false', help: 'leave the primary config alone; write our own that sorts first', kind: 'bool' },
-  { flag: 'istio-owned-cni-config-filename', env: 'ISTIO_OWNED_CNI_CONFIG_FILENAME', fallback: '', help: 'its name (default 02-istio-cni.conflist)', kind: 'string' },
-  { flag: 'ztunnel-wait-timeout', env: 'AMBIENT_ZTUNNEL_WAIT_TIMEOUT', fallback: '3s', help: `how long an ADD waits for a restarting ztunnel (Go duration, 0 to max ${MAX_ZTUNNEL_WAIT_MS}ms; 0 fails at once like Istio)`, kind: 'string' },
-  { flag: 'reconcile-pod-rules-on-startup', env: 'AMBIENT_RECONCILE_POD_RULES_ON_STARTUP', fallback: 'true', help: 'verify and repair in-pod rules at start', kind: 'bool' },
-  { flag: 'enable-ambient-detection-retry', env: 'ENABLE_AMBIENT_DETECTION_RETRY', fallback: 'false', help: "written into the CNI config entry for Istio's plugin (this plugin asks the agent, never the API server)", kind: 'bool' },
-  { flag: 'reconcile-enrollment-interval', env: 'AMBIENT_RECONCILE_ENROLLMENT_INTERVAL', fallback: '30s', help: 'sweep verifying every enrolled pod and the host rules (Go duration; 0 = events only)', kind: 'string' },
+  {
+    flag: 'node-name',
+    env: 'NODE_NAME',
+    fallback: '',
+    help: 'this node (default: KUBERNETES_NODE_NAME, then the hostname)',
+    kind: 'string',
+  },
+  {
+    flag: 'enablement-selector',
+    env: 'AMBIENT_ENABLEMENT_SELECTOR',
+    fallback: '',
+    help: "YAML list of {podSelector, namespaceSelector} (default: Istio's)",
+    kind: 'string',
+  },
+  {
+    flag: 'system-namespace',
+    env: 'SYSTEM_NAMESPACE',
+    fallback: 'istio-system',
+    help: "Istio's namespace (ztunnel pods are skipped)",
+    kind: 'string',
+  },
+  {
+    flag: 'disable-safe-upgrade',
+    env: 'AMBIENT_DISABLE_SAFE_UPGRADE',
+    fallback: 'false',
+    help: 'always remove node artefacts on SIGTERM',
+    kind: 'bool',
+  },
+  {
+    flag: 'ambient-enabled',
+    env: 'AMBIENT_ENABLED',
+    fallback: 'true',
+    help: 'ambient mode (the only mode this agent implements)',
+    kind: 'bool',
+  },
+  {
+    flag: 'chained-cni-plugin',
+    env: 'CHAINED_CNI_PLUGIN',
+    fallback: 'true',
+    help: 'chain into the primary config (false: a standalone config file)',
+    kind: 'bool',
+  },
+  {
+    flag: 'istio-owned-cni-config',
+    env: 'ISTIO_OWNED_CNI_CONFIG',
+    fallback: 'false',
+    help: 'leave the primary config alone; write our own that sorts first',
+    kind: 'bool',
+  },
+  {
+    flag: 'istio-owned-cni-config-filename',
+    env: 'ISTIO_OWNED_CNI_CONFIG_FILENAME',
+    fallback: '',
+    help: 'its name (default 02-istio-cni.conflist)',
+    kind: 'string',
+  },
+  {
+    flag: 'ztunnel-wait-timeout',
+    env: 'AMBIENT_ZTUNNEL_WAIT_TIMEOUT',
+    fallback: '3s',
+    help: `how long an ADD waits for a restarting ztunnel (Go duration, 0 to max ${MAX_ZTUNNEL_WAIT_MS}ms; 0 fails at once like Istio)`,
+    kind: 'string',
+  },
+  {
+    flag: 'reconcile-pod-rules-on-startup',
+    env: 'AMBIENT_RECONCILE_POD_RULES_ON_STARTUP',
+    fallback: 'true',
+    help: 'verify and repair in-pod rules at start',
+    kind: 'bool',
+  },
+  {
+    flag: 'enable-ambient-detection-retry',
+    env: 'ENABLE_AMBIENT_DETECTION_RETRY',
+    fallback: 'false',
+    help: "written into the CNI config entry for Istio's plugin (this plugin asks the agent, never the API server)",
+    kind: 'bool',
+  },
+  {
+    flag: 'reconcile-enrollment-interval',
+    env: 'AMBIENT_RECONCILE_ENROLLMENT_INTERVAL',
+    fallback: '30s',
+    help: 'sweep verifying every enrolled pod and the host rules (Go duration; 0 = events only)',
+    kind: 'string',
+  },
 ];
 
 /**
@@ -123,7 +273,10 @@ export const OPTIONS: readonly Option[] = [
  */
 export const ACCEPTED_UNUSED_ENV: ReadonlyArray<{ env: string; why: string }> = [
   { env: 'CURRENT_AGENT_VERSION', why: 'the chart tag; Istio does not read it either' },
-  { env: 'ISTIO_OWNED_CNI_CONF_FILENAME', why: "the chart's spelling; Istio reads ISTIO_OWNED_CNI_CONFIG_FILENAME, so the owned file stays 02-istio-cni.conflist, here too" },
+  {
+    env: 'ISTIO_OWNED_CNI_CONF_FILENAME',
+    why: "the chart's spelling; Istio reads ISTIO_OWNED_CNI_CONFIG_FILENAME, so the owned file stays 02-istio-cni.conflist, here too",
+  },
   { env: 'REPAIR_ENABLED', why: 'the repair controller is for sidecar pods (istio-validation init container); this agent is ambient only' },
   { env: 'REPAIR_LABEL_PODS', why: 'sidecar repair (see REPAIR_ENABLED)' },
   { env: 'REPAIR_DELETE_PODS', why: 'sidecar repair (see REPAIR_ENABLED)' },
@@ -177,7 +330,7 @@ function port(raw: Raw, flag: string, problems: string[]): number {
   return n;
 }
 
-const GO_DURATION_UNITS_MS: Record<string, number> = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+const GO_DURATION_UNITS_MS: Record<string, number> = { ns: 1e-6, us: 1e-3, µs: 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
 /** A Go duration ("3s", "1.5s", "500ms", "1m30s", "0") in milliseconds; undefined when malformed. */
 export function parseGoDurationMs(text: string): number | undefined {
@@ -191,7 +344,9 @@ function ztunnelWait(raw: Raw, problems: string[]): number {
   const text = raw['ztunnel-wait-timeout'] ?? '';
   const ms = parseGoDurationMs(text);
   if (ms === undefined || ms > MAX_ZTUNNEL_WAIT_MS) {
-    problems.push(`--ztunnel-wait-timeout: expected a duration from 0 to ${MAX_ZTUNNEL_WAIT_MS}ms (inside the ${ADD_ANSWER_MS} ms ADD answer), got ${JSON.stringify(text)}`);
+    problems.push(
+      `--ztunnel-wait-timeout: expected a duration from 0 to ${MAX_ZTUNNEL_WAIT_MS}ms (inside the ${ADD_ANSWER_MS} ms ADD answer), got ${JSON.stringify(text)}`,
+    );
     return 0;
   }
   return Math.round(ms);
@@ -212,7 +367,10 @@ function backendOf(raw: string, problems: string[]): 'nftables' | 'iptables' {
 }
 
 function netnsDirs(raw: string, problems: string[]): string[] {
-  const dirs = raw.split(',').map((s) => s.trim()).filter(Boolean);
+  const dirs = raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   for (const dir of dirs) {
     const problem = netnsDirProblem(dir);
     if (problem) problems.push(`--netns-dirs: ${JSON.stringify(dir)} ${problem}`);
@@ -230,8 +388,12 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
   if (!isIPv4(get('snat-ipv4'))) problems.push(`--snat-ipv4: not an IPv4 address: ${JSON.stringify(get('snat-ipv4'))}`);
   if (!isIPv6(get('snat-ipv6'))) problems.push(`--snat-ipv6: not an IPv6 address: ${JSON.stringify(get('snat-ipv6'))}`);
   const logLevel = get('log-level');
-  if (!isPinoLevel(logLevel)) problems.push(`--log-level: unknown level ${JSON.stringify(logLevel)} (want one of ${PINO_LEVELS.join(', ')})`);
-  const { levels: logLevels, error: logLevelProblem } = applyOutputLevels(get('log-output-level'), uniformLevels(isPinoLevel(logLevel) ? logLevel : 'info'));
+  if (!isPinoLevel(logLevel))
+    problems.push(`--log-level: unknown level ${JSON.stringify(logLevel)} (want one of ${PINO_LEVELS.join(', ')})`);
+  const { levels: logLevels, error: logLevelProblem } = applyOutputLevels(
+    get('log-output-level'),
+    uniformLevels(isPinoLevel(logLevel) ? logLevel : 'info'),
+  );
   const config: AgentConfig = {
     cniBinDir: get('cni-bin-dir'),
     cniConfDir: get('cni-conf-dir'),
@@ -239,7 +401,10 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
     runDir: get('run-dir'),
     zdsSocket: get('zds-socket'),
     kubeMode: kubeMode as KubeMode,
-    excludeNamespaces: get('exclude-namespaces').split(',').map((s) => s.trim()).filter(Boolean),
+    excludeNamespaces: get('exclude-namespaces')
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
     dnsCapture: bool(raw, 'dns-capture', problems),
     ipv6: bool(raw, 'ipv6', problems),
     backend: backendOf(get('backend'), problems),
@@ -269,7 +434,8 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
     enableAmbientDetectionRetry: bool(raw, 'enable-ambient-detection-retry', problems),
     ztunnelWaitMs: ztunnelWait(raw, problems),
   };
-  if (!bool(raw, 'ambient-enabled', problems)) problems.push('--ambient-enabled: only ambient mode is implemented (sidecar-mode CNI is not); it must be true');
+  if (!bool(raw, 'ambient-enabled', problems))
+    problems.push('--ambient-enabled: only ambient mode is implemented (sidecar-mode CNI is not); it must be true');
   if (problems.length > 0) throw new UsageError(problems.join('\n'));
   return config;
 }

@@ -4,7 +4,10 @@ import { join } from 'node:path';
 import { ENABLEMENT_SNAPSHOT_FILE, type EnablementSnapshot } from '../cni/protocol.js';
 import { atomicWriteFile } from '../util/atomic-file.js';
 
-export async function writeEnablementSnapshot(runDir: string, snapshot: Omit<EnablementSnapshot, 'version' | 'generatedAt'>): Promise<void> {
+export async function writeEnablementSnapshot(
+  runDir: string,
+  snapshot: Omit<EnablementSnapshot, 'version' | 'generatedAt'>,
+): Promise<void> {
   const file: EnablementSnapshot = { version: 1, ...snapshot, generatedAt: new Date().toISOString() };
   await atomicWriteFile(join(runDir, ENABLEMENT_SNAPSHOT_FILE), `${JSON.stringify(file)}\n`, { mode: 0o644, durable: false });
 }

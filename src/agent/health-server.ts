@@ -19,7 +19,9 @@ function route(req: IncomingMessage, res: ServerResponse, notReadyReasons: () =>
   if (path === '/healthz') return void res.writeHead(200).end('ok\n');
   if (path === '/readyz') {
     const reasons = notReadyReasons();
-    return void res.writeHead(reasons.length === 0 ? 200 : 503).end(reasons.length === 0 ? 'ready\n' : `not ready: ${reasons.join('; ')}\n`);
+    return void res
+      .writeHead(reasons.length === 0 ? 200 : 503)
+      .end(reasons.length === 0 ? 'ready\n' : `not ready: ${reasons.join('; ')}\n`);
   }
   res.writeHead(404).end('not found\n');
 }

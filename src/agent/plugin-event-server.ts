@@ -6,7 +6,17 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { silentLogger, type Logger } from '../ops/log.js';
 import { closeServer, listenPrivateSocket } from '../util/http-server.js';
 import { isCniIdentifier, isDnsLabel, isDnsSubdomain, isPlainIp, MAX_CONTAINER_ID_BYTES, netnsPathProblem } from '../cni/fields.js';
-import { ADD_ANSWER_MS, ROUTE_ADD, ROUTE_CHECK, ROUTE_DEL, ROUTE_GC, type PluginAddEvent, type PluginDelEvent, type PluginGcEvent, type PluginIpConfig } from '../cni/protocol.js';
+import {
+  ADD_ANSWER_MS,
+  ROUTE_ADD,
+  ROUTE_CHECK,
+  ROUTE_DEL,
+  ROUTE_GC,
+  type PluginAddEvent,
+  type PluginDelEvent,
+  type PluginGcEvent,
+  type PluginIpConfig,
+} from '../cni/protocol.js';
 import { answerWithin } from '../util/deadline.js';
 
 const MAX_BODY_BYTES = 64 * 1024;
@@ -48,7 +58,8 @@ type Check = (value: string) => string | undefined;
 
 const podName: Check = (v) => (isDnsSubdomain(v) ? undefined : 'is not a Kubernetes pod name (DNS-1123 subdomain)');
 const namespaceName: Check = (v) => (isDnsLabel(v) ? undefined : 'is not a Kubernetes namespace name (DNS-1123 label)');
-const podUid: Check = (v) => (isCniIdentifier(v, MAX_POD_UID_BYTES) ? undefined : `is not a pod UID (at most ${MAX_POD_UID_BYTES} of [A-Za-z0-9_.-])`);
+const podUid: Check = (v) =>
+  isCniIdentifier(v, MAX_POD_UID_BYTES) ? undefined : `is not a pod UID (at most ${MAX_POD_UID_BYTES} of [A-Za-z0-9_.-])`;
 const containerId: Check = (v) => (isCniIdentifier(v, MAX_CONTAINER_ID_BYTES) ? undefined : 'is not a container ID');
 const netnsPath: Check = netnsPathProblem;
 
@@ -169,7 +180,8 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
  */
 function readBody(req: IncomingMessage): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
-  if (Number.isFinite(declared) && declared > MAX_BODY_BYTES) return Promise.reject(new TooLarge(`body larger than ${MAX_BODY_BYTES} bytes`));
+  if (Number.isFinite(declared) && declared > MAX_BODY_BYTES)
+    return Promise.reject(new TooLarge(`body larger than ${MAX_BODY_BYTES} bytes`));
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -318,7 +330,10 @@ export class PluginEventServer {
       late: () => {
         const pending = this.handlers.pendingAdd?.(event) ?? 'it is still in progress';
         const err = new Error(`pod ${event.PodNamespace}/${event.PodName} not enrolled within ${ms} ms: ${pending}`);
-        log.warn({ err: err.message }, 'answering the ADD before the plugin gives up; the enrolment carries on (a retried ADD completes it)');
+        log.warn(
+          { err: err.message },
+          'answering the ADD before the plugin gives up; the enrolment carries on (a retried ADD completes it)',
+        );
         return err;
       },
       settledLate: (err) =>

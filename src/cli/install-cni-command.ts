@@ -39,7 +39,8 @@ export function parseInstallCniArgs(args: readonly string[]): InstallCniArgs {
   const out: InstallCniArgs = { runArgs: [], json: false, help: false };
   for (let i = 0; i < args.length; i++) {
     const arg = args[i] as string;
-    const [name, inline] = arg.startsWith('--') && arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
+    const [name, inline] =
+      arg.startsWith('--') && arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
     if (name === '--log_output_level') {
       const value = inline ?? args[++i];
       if (value === undefined) throw new UsageError('--log_output_level: a value is needed (<scope>:<level>,...)');

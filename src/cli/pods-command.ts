@@ -17,7 +17,16 @@ interface DebugPods {
   mode: string;
   ready: boolean;
   connections: Array<{ id: number; state: string; connectedAt: string }>;
-  pods: Array<{ uid: string; namespace: string; name: string; netnsInode: number | null; rules: string; lastVerified?: string | null; repairs?: number; ztunnel: Record<string, string> }>;
+  pods: Array<{
+    uid: string;
+    namespace: string;
+    name: string;
+    netnsInode: number | null;
+    rules: string;
+    lastVerified?: string | null;
+    repairs?: number;
+    ztunnel: Record<string, string>;
+  }>;
 }
 
 export function podsTable(body: DebugPods): string {
@@ -30,7 +39,9 @@ export function podsTable(body: DebugPods): string {
     p.rules,
     p.lastVerified ?? '-',
     String(p.repairs ?? 0),
-    Object.entries(p.ztunnel).map(([conn, state]) => `#${conn}:${state}`).join(' ') || 'no ztunnel',
+    Object.entries(p.ztunnel)
+      .map(([conn, state]) => `#${conn}:${state}`)
+      .join(' ') || 'no ztunnel',
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: string[]): string => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] ?? 0))).join('  ');
@@ -41,7 +52,14 @@ export function podsTable(body: DebugPods): string {
 export async function runPodsCommand(args: string[], out: (s: string) => void): Promise<number> {
   let values;
   try {
-    ({ values } = parseArgs({ args, options: { 'run-dir': { type: 'string', default: process.env['CNI_AGENT_RUN_DIR'] || '/var/run/istio-cni' }, json: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } } }));
+    ({ values } = parseArgs({
+      args,
+      options: {
+        'run-dir': { type: 'string', default: process.env['CNI_AGENT_RUN_DIR'] || '/var/run/istio-cni' },
+        json: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    }));
   } catch (err) {
     throw new UsageError((err as Error).message);
   }

@@ -80,7 +80,10 @@ function ipFlag(name: string, value: string | undefined, check: (v: string) => b
 }
 
 function interfacesFlag(value: string | undefined): string[] {
-  const names = (value ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  const names = (value ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   for (const name of names) {
     const problem = interfaceNameProblem(name);
     if (problem) throw new UsageError(`--virtual-interfaces: ${JSON.stringify(name)}: ${problem}`);
@@ -173,7 +176,12 @@ function inpodManager(cmd: RulesCommand, addon: NetAddon): InpodRuleManager {
   return cmd.backend === 'nftables' ? new NftablesInpodRules(addon, cmd.settings) : new IptablesInpodRules(addon, cmd.settings);
 }
 
-async function runAction(cmd: RulesCommand, addon: NetAddon, ns: NetnsHandle, kind: 'apply' | 'delete' | 'verify'): Promise<DriftReport | undefined> {
+async function runAction(
+  cmd: RulesCommand,
+  addon: NetAddon,
+  ns: NetnsHandle,
+  kind: 'apply' | 'delete' | 'verify',
+): Promise<DriftReport | undefined> {
   if (cmd.host && cmd.backend === 'iptables') return runIptablesHostAction(cmd, addon, ns, kind);
   if (cmd.host) {
     const host = new NftablesHostRules(addon, cmd.settings);
@@ -192,7 +200,12 @@ async function runAction(cmd: RulesCommand, addon: NetAddon, ns: NetnsHandle, ki
  * set): apply creates them (empty, or kept with their entries), as the nftables apply creates its
  * sets; delete removes the rules and keeps the sets, like the nftables delete.
  */
-async function runIptablesHostAction(cmd: RulesCommand, addon: NetAddon, ns: NetnsHandle, kind: 'apply' | 'delete' | 'verify'): Promise<DriftReport | undefined> {
+async function runIptablesHostAction(
+  cmd: RulesCommand,
+  addon: NetAddon,
+  ns: NetnsHandle,
+  kind: 'apply' | 'delete' | 'verify',
+): Promise<DriftReport | undefined> {
   const rules = new IptablesHostRules(addon, cmd.settings);
   const sets = new IpsetProbeSetStore(addon, ns);
   const families: ProbeFamily[] = cmd.settings.ipv6 ? [4, 6] : [4];
@@ -224,7 +237,9 @@ export async function runRulesCommand(cmd: RulesCommand, io: CommandIO, addon?: 
   try {
     const drift = await runAction(cmd, net, ns, action.kind);
     if (!drift) {
-      io.out(`${action.kind === 'apply' ? 'applied' : 'deleted'} ${cmd.host ? 'host' : 'in-pod'} ${cmd.backend} rules in ${action.netns}\n`);
+      io.out(
+        `${action.kind === 'apply' ? 'applied' : 'deleted'} ${cmd.host ? 'host' : 'in-pod'} ${cmd.backend} rules in ${action.netns}\n`,
+      );
       return 0;
     }
     const lines = describeDrift(drift);

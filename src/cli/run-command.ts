@@ -73,15 +73,23 @@ export async function runAgent(args: string[], out: (s: string) => void, stop: P
   const config: AgentConfig = backend === configured.backend ? configured : { ...configured, backend };
   const makeInstaller = options.makeInstaller ?? ((c, l) => installerFor(c, l));
   const installer = makeInstaller(config, agentLog);
-  const agent = new Agent(config, { addon, log: agentLog, zdsListener, makeMode: await modeFactory(config, process.env), ...(installer ? { installer } : {}) });
+  const agent = new Agent(config, {
+    addon,
+    log: agentLog,
+    zdsListener,
+    makeMode: await modeFactory(config, process.env),
+    ...(installer ? { installer } : {}),
+  });
   // A SIGTERM may come while start() still waits (for a CNI config to appear, say): stop then.
   const started = agent.start();
-  const first = await Promise.race([started.then(() => 'started' as const), stop.then(() => 'stop' as const)]).catch(async (err: unknown) => {
-    // A failed start (no CAP_SYS_ADMIN, a host netns that cannot be opened) must end the process:
-    // the servers it already opened would otherwise keep it alive, reporting nothing.
-    await agent.stop().catch(() => undefined);
-    throw err;
-  });
+  const first = await Promise.race([started.then(() => 'started' as const), stop.then(() => 'stop' as const)]).catch(
+    async (err: unknown) => {
+      // A failed start (no CAP_SYS_ADMIN, a host netns that cannot be opened) must end the process:
+      // the servers it already opened would otherwise keep it alive, reporting nothing.
+      await agent.stop().catch(() => undefined);
+      throw err;
+    },
+  );
   if (first === 'started') await stop;
   else started.catch((err: unknown) => log.info({ err: (err as Error).message }, 'start interrupted by the stop signal'));
   log.info('stopping: in-pod rules stay in place');
@@ -97,7 +105,9 @@ export async function runAgent(args: string[], out: (s: string) => void, stop: P
 /** `ambient-node-agent uninstall`: removes our CNI config entry and the plugin binary. */
 export async function uninstall(args: string[], out: (s: string) => void): Promise<number> {
   if (args.includes('--help') || args.includes('-h')) {
-    out(`usage: ambient-node-agent uninstall [run's --cni-* flags]\n\nRemoves the istio-cni entry from the CNI config and the plugin binary (in-pod rules stay).\n`);
+    out(
+      `usage: ambient-node-agent uninstall [run's --cni-* flags]\n\nRemoves the istio-cni entry from the CNI config and the plugin binary (in-pod rules stay).\n`,
+    );
     return 0;
   }
   const config = configFrom(args);

@@ -41,13 +41,18 @@ export function parseZdsArgs(args: string[]): ZdsServeCommand | 'help' {
   try {
     ({ values } = parseArgs({
       args: rest,
-      options: { socket: { type: 'string', default: '/var/run/ztunnel/ztunnel.sock' }, mode: { type: 'string', default: '600' }, pod: { type: 'string', multiple: true, default: [] } },
+      options: {
+        socket: { type: 'string', default: '/var/run/ztunnel/ztunnel.sock' },
+        mode: { type: 'string', default: '600' },
+        pod: { type: 'string', multiple: true, default: [] },
+      },
       strict: true,
     }));
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
-  if (!/^[0-7]{3,4}$/.test(values.mode)) throw new UsageError(`--mode: expected an octal mode such as 600, got ${JSON.stringify(values.mode)}`);
+  if (!/^[0-7]{3,4}$/.test(values.mode))
+    throw new UsageError(`--mode: expected an octal mode such as 600, got ${JSON.stringify(values.mode)}`);
   return { socket: values.socket, mode: parseInt(values.mode, 8), pods: values.pod.map(parsePod) };
 }
 

@@ -2,7 +2,15 @@
 // load), the choice of the primary config, and inserting/removing the istio-cni entry with the
 // exact output of Istio's installer (cni/pkg/install/cniconfig.go insertCNIConfig, install.go Cleanup).
 
-import { compareGoStrings, goFieldKeys, isJsonObject, marshalGoIndent, parseGoJson, type JsonObject, type JsonValue } from '../util/go-json.js';
+import {
+  compareGoStrings,
+  goFieldKeys,
+  isJsonObject,
+  marshalGoIndent,
+  parseGoJson,
+  type JsonObject,
+  type JsonValue,
+} from '../util/go-json.js';
 import { PLUGIN_CNI_VERSION, PLUGIN_TYPE } from './plugin-config.js';
 
 /** The network name Istio gives a list made from a single-plugin .conf. */
@@ -10,9 +18,7 @@ export const CONVERTED_LIST_NAME = 'k8s-pod-network';
 
 export type ConfigKind = 'conf' | 'conflist';
 
-export type ConfigValidation =
-  | { valid: true; kind: ConfigKind; networkName: string; plugins: number }
-  | { valid: false; reason: string };
+export type ConfigValidation = { valid: true; kind: ConfigKind; networkName: string; plugins: number } | { valid: false; reason: string };
 
 /** What libcni finds in `<conf dir>/<network name>/` (plugin files of a list, CNI spec 1.1). */
 export type PluginDirContents = { texts: readonly string[] } | { error: string };
@@ -78,29 +84,54 @@ function checkPluginConf(v: JsonValue): { error: string } | { type: string; name
     if (!Array.isArray(x)) return `cannot unmarshal ${goTypeName(x)} into []string`;
     return x.every((e) => e === null || typeof e === 'string') ? null : 'cannot unmarshal a non-string into []string';
   };
-  const objectOf = (inner: (o: JsonObject) => string | null) => (x: JsonValue): string | null =>
-    isJsonObject(x) ? inner(x) : `cannot unmarshal ${goTypeName(x)} into an object`;
+  const objectOf =
+    (inner: (o: JsonObject) => string | null) =>
+    (x: JsonValue): string | null =>
+      isJsonObject(x) ? inner(x) : `cannot unmarshal ${goTypeName(x)} into an object`;
 
   const errors = [
-    nullOr('capabilities', objectOf((o) => (Object.values(o).every((b) => b === null || typeof b === 'boolean') ? null : 'cannot unmarshal a non-bool into map[string]bool'))),
-    nullOr('ipam', objectOf((o) => { const t = str('type', o); return 'error' in t ? t.error : null; })),
-    nullOr('dns', objectOf((o) => {
-      const d = str('domain', o);
-      if ('error' in d) return d.error;
-      return nullOr('nameservers', stringList, o) ?? nullOr('search', stringList, o) ?? nullOr('options', stringList, o);
-    })),
-    nullOr('prevResult', objectOf(() => null)),
+    nullOr(
+      'capabilities',
+      objectOf((o) =>
+        Object.values(o).every((b) => b === null || typeof b === 'boolean') ? null : 'cannot unmarshal a non-bool into map[string]bool',
+      ),
+    ),
+    nullOr(
+      'ipam',
+      objectOf((o) => {
+        const t = str('type', o);
+        return 'error' in t ? t.error : null;
+      }),
+    ),
+    nullOr(
+      'dns',
+      objectOf((o) => {
+        const d = str('domain', o);
+        if ('error' in d) return d.error;
+        return nullOr('nameservers', stringList, o) ?? nullOr('search', stringList, o) ?? nullOr('options', stringList, o);
+      }),
+    ),
+    nullOr(
+      'prevResult',
+      objectOf(() => null),
+    ),
     nullOr('cni.dev/valid-attachments', (x) => {
       if (!Array.isArray(x)) return `cannot unmarshal ${goTypeName(x)} into []GCAttachment`;
       for (const a of x) {
         if (a === null) continue;
         if (!isJsonObject(a)) return `cannot unmarshal ${goTypeName(a)} into GCAttachment`;
-        for (const tag of ['containerID', 'ifname']) { const s = str(tag, a); if ('error' in s) return s.error; }
+        for (const tag of ['containerID', 'ifname']) {
+          const s = str(tag, a);
+          if ('error' in s) return s.error;
+        }
       }
       return null;
     }),
   ];
-  for (const tag of ['cniVersion', 'name']) { const s = str(tag); if ('error' in s) errors.push(s.error); }
+  for (const tag of ['cniVersion', 'name']) {
+    const s = str(tag);
+    if ('error' in s) errors.push(s.error);
+  }
   const type = str('type');
   if ('error' in type) errors.push(type.error);
   const firstError = errors.find((e) => e !== null);
@@ -266,7 +297,9 @@ export function pickPrimary(files: readonly ConfFileEntry[], confName?: string, 
     }
     return { name: f.name, skipped };
   }
-  const candidates = files.filter((f) => isCandidateName(f.name) && !exclude.includes(f.name)).sort((a, b) => compareGoStrings(a.name, b.name));
+  const candidates = files
+    .filter((f) => isCandidateName(f.name) && !exclude.includes(f.name))
+    .sort((a, b) => compareGoStrings(a.name, b.name));
   for (const f of candidates) {
     if (f.text === null) {
       skipped.push({ name: f.name, reason: 'unreadable' });
@@ -314,7 +347,8 @@ function parseObject(text: string, what: string): JsonObject {
 
 function listPlugins(doc: JsonObject): JsonObject[] {
   const plugins = doc['plugins'];
-  if (!Object.hasOwn(doc, 'plugins') || !Array.isArray(plugins)) throw new Error('existing CNI config: error reading plugin list from CNI config');
+  if (!Object.hasOwn(doc, 'plugins') || !Array.isArray(plugins))
+    throw new Error('existing CNI config: error reading plugin list from CNI config');
   return plugins.map((p) => {
     if (!isJsonObject(p)) throw new Error('existing CNI plugin: error reading plugin from CNI config plugin list');
     return p;

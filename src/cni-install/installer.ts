@@ -212,7 +212,14 @@ export class CniInstaller {
       throw e;
     });
     const key = this.#binStat;
-    if (current && key && current.ino === key.ino && current.size === key.size && current.mtimeMs === key.mtimeMs && current.ctimeMs === key.ctimeMs) {
+    if (
+      current &&
+      key &&
+      current.ino === key.ino &&
+      current.size === key.size &&
+      current.mtimeMs === key.mtimeMs &&
+      current.ctimeMs === key.ctimeMs
+    ) {
       return false; // verified (or written) by us and untouched since
     }
     const stale = await this.#removeBinaryLeftovers();
@@ -236,7 +243,11 @@ export class CniInstaller {
     // between our write and here (another writer, a chmod) must not be taken for our own, else
     // every later check would skip it ("untouched since"). Its event triggers the next check.
     const after = await stat(target).catch(() => null);
-    const verified = after !== null && (after.mode & 0o7777) === BINARY_MODE && after.size === src.length && src.equals(await readFile(target).catch(() => Buffer.alloc(0)));
+    const verified =
+      after !== null &&
+      (after.mode & 0o7777) === BINARY_MODE &&
+      after.size === src.length &&
+      src.equals(await readFile(target).catch(() => Buffer.alloc(0)));
     this.#binStat = verified ? { ino: after.ino, size: after.size, mtimeMs: after.mtimeMs, ctimeMs: after.ctimeMs } : null;
     return changed;
   }
@@ -356,7 +367,15 @@ export class CniInstaller {
         );
         this.#priorityWarned = true;
       }
-      return { source: choice.name, sourceText, target: this.#ownedName, desired: out.text, mode: ownedMode, removeAfter: null, priorityOk };
+      return {
+        source: choice.name,
+        sourceText,
+        target: this.#ownedName,
+        desired: out.text,
+        mode: ownedMode,
+        removeAfter: null,
+        priorityOk,
+      };
     }
     let st;
     try {
@@ -394,10 +413,17 @@ export class CniInstaller {
       // plan now would put the old content back (plus our entry) over the new. Re-plan instead.
       const sourceNow = plan.source === null ? null : plan.source === plan.target ? current : await readOrNull(join(dir, plan.source));
       if (plan.source !== null && sourceNow !== plan.sourceText) throw new StalePlan(plan.source);
-      const opts = plan.uid !== undefined && plan.gid !== undefined ? { mode: plan.mode, uid: plan.uid, gid: plan.gid } : { mode: plan.mode };
+      const opts =
+        plan.uid !== undefined && plan.gid !== undefined ? { mode: plan.mode, uid: plan.uid, gid: plan.gid } : { mode: plan.mode };
       await atomicWriteFile(join(dir, plan.target), plan.desired, opts);
       changed = true;
-      if (this.#ownedName === null && this.#chained && plan.source === plan.target && plan.sourceText !== null && !hasIstioEntry(plan.sourceText, plan.source)) {
+      if (
+        this.#ownedName === null &&
+        this.#chained &&
+        plan.source === plan.target &&
+        plan.sourceText !== null &&
+        !hasIstioEntry(plan.sourceText, plan.source)
+      ) {
         this.#originals.set(plan.target, { before: plan.sourceText, after: plan.desired });
       } else if (this.#originals.get(plan.target)?.after !== plan.desired) {
         this.#originals.delete(plan.target);
@@ -527,7 +553,9 @@ export class CniInstaller {
     this.#rewrites = [...this.#rewrites.filter((t) => now - t < 30_000), now];
     if (this.#rewrites.length > 5 && now - this.#loopWarnedAt > 30_000) {
       this.#loopWarnedAt = now;
-      const hint = file.includes('cilium') ? " Hint: Cilium CNI was detected; ensure 'cni.exclusive=false' in the Cilium configuration." : '';
+      const hint = file.includes('cilium')
+        ? " Hint: Cilium CNI was detected; ensure 'cni.exclusive=false' in the Cilium configuration."
+        : '';
       this.#log.warn(
         { file, rewrites: this.#rewrites.length },
         `Configuration has been reconciled multiple times in a short period of time. This may be due to a conflicting component constantly reverting our work.${hint}`,

@@ -2,7 +2,16 @@
 // them (cni/pkg/install/cniconfig.go createCNIConfigFile → plugin.Config marshalled by Go), so the
 // resulting CNI config is byte-identical to Istio's and either agent's plugin can read it.
 
-import { foldGoKey, GoStruct, isJsonObject, marshalGoIndent, toJsonValue, type GoValue, type JsonObject, type JsonValue } from '../util/go-json.js';
+import {
+  foldGoKey,
+  GoStruct,
+  isJsonObject,
+  marshalGoIndent,
+  toJsonValue,
+  type GoValue,
+  type JsonObject,
+  type JsonValue,
+} from '../util/go-json.js';
 
 export const PLUGIN_NAME = 'istio-cni';
 export const PLUGIN_TYPE = 'istio-cni';
@@ -145,7 +154,11 @@ function stringField(obj: JsonObject, tag: string, where: string): string {
 }
 
 function requirement(e: JsonValue, where: string): GoStruct {
-  if (e === null) return new GoStruct([['key', ''], ['operator', '']]);
+  if (e === null)
+    return new GoStruct([
+      ['key', ''],
+      ['operator', ''],
+    ]);
   if (!isJsonObject(e)) throw new TypeError(`${where}: expected an object`);
   const fields: Array<[string, GoValue]> = [
     ['key', stringField(e, 'key', where)],

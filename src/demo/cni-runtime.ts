@@ -103,7 +103,8 @@ function parseConflist(raw: object): NetworkList {
   for (const [i, p] of (plugins as unknown[]).entries()) {
     if (typeof p !== 'object' || p === null || Array.isArray(p)) fail(`plugins[${i}] must be an object`);
     const type = (p as Record<string, unknown>)['type'];
-    if (typeof type !== 'string' || !PLUGIN_TYPE.test(type)) fail(`plugins[${i}].type must be a plugin file name, got ${JSON.stringify(type)}`);
+    if (typeof type !== 'string' || !PLUGIN_TYPE.test(type))
+      fail(`plugins[${i}].type must be a plugin file name, got ${JSON.stringify(type)}`);
   }
   return {
     name: list['name'] as string,
@@ -116,7 +117,8 @@ function parseConflist(raw: object): NetworkList {
 function validatePod(pod: CniPod): { ifName: string; cniArgs: string } {
   const ifName = pod.ifName ?? 'eth0';
   if (!CONTAINER_ID.test(pod.containerId)) throw new TypeError(`invalid container ID ${JSON.stringify(pod.containerId)}`);
-  if (!isAbsolute(pod.netnsPath) || pod.netnsPath.includes('\0')) throw new TypeError(`netns path must be absolute: ${JSON.stringify(pod.netnsPath)}`);
+  if (!isAbsolute(pod.netnsPath) || pod.netnsPath.includes('\0'))
+    throw new TypeError(`netns path must be absolute: ${JSON.stringify(pod.netnsPath)}`);
   // Spec 1.0: at most 15 bytes, not "." or "..", no "/", ":" or whitespace.
   if (ifName === '' || Buffer.byteLength(ifName) > 15 || ifName === '.' || ifName === '..' || /[/:\s\0]/.test(ifName)) {
     throw new TypeError(`invalid interface name ${JSON.stringify(ifName)}`);
@@ -126,7 +128,8 @@ function validatePod(pod: CniPod): { ifName: string; cniArgs: string } {
   // plugin that decodes CNI_ARGS into a struct (host-local) rejects the K8S_* keys it lacks.
   if (!('IgnoreUnknown' in pod.args)) args.push(['IgnoreUnknown', '1']);
   for (const [k, v] of Object.entries(pod.args)) {
-    if (!ARG_KEY.test(k) || !ARG_VALUE.test(v)) throw new TypeError(`CNI_ARGS cannot carry ${JSON.stringify(`${k}=${v}`)} (no ';' or '=' allowed)`);
+    if (!ARG_KEY.test(k) || !ARG_VALUE.test(v))
+      throw new TypeError(`CNI_ARGS cannot carry ${JSON.stringify(`${k}=${v}`)} (no ';' or '=' allowed)`);
     args.push([k, v]);
   }
   return { ifName, cniArgs: args.map(([k, v]) => `${k}=${v}`).join(';') };
@@ -161,7 +164,8 @@ export class CniRuntime {
     this.#nodeNetns = opts.nodeNetns;
     if (opts.pluginDirs.length === 0) throw new TypeError('pluginDirs must not be empty');
     for (const dir of opts.pluginDirs) {
-      if (!isAbsolute(dir) || dir.includes(':') || dir.includes('\0')) throw new TypeError(`plugin directory must be absolute and without ':': ${dir}`);
+      if (!isAbsolute(dir) || dir.includes(':') || dir.includes('\0'))
+        throw new TypeError(`plugin directory must be absolute and without ':': ${dir}`);
     }
     this.#dirs = [...opts.pluginDirs];
     this.#list = parseConflist(opts.conflist);
@@ -244,7 +248,8 @@ export class CniRuntime {
     return this.#serial(pod, async () => {
       const { ifName, cniArgs } = validatePod(pod);
       if (this.#list.disableCheck) return;
-      if (/^0\.[0-3]\./.test(this.#list.cniVersion)) throw new Error(`CNI CHECK needs cniVersion 0.4.0 or later (the list says ${this.#list.cniVersion})`);
+      if (/^0\.[0-3]\./.test(this.#list.cniVersion))
+        throw new Error(`CNI CHECK needs cniVersion 0.4.0 or later (the list says ${this.#list.cniVersion})`);
       const prevResult = this.#cache.get(this.#key(pod));
       if (!prevResult) throw new Error(`CNI CHECK: no cached ADD result for ${pod.containerId}/${ifName}`);
       for (const plugin of this.#list.plugins) await this.#invoke('CHECK', plugin, pod, ifName, cniArgs, prevResult);
@@ -284,12 +289,25 @@ export class CniRuntime {
     const started = Date.now();
     let result;
     try {
-      [result] = await this.#addon.run(this.#nodeNetns, [{ op: 'exec', argv: [path], env, input: JSON.stringify(conf), timeoutMs: this.#timeoutMs }] as const);
+      [result] = await this.#addon.run(this.#nodeNetns, [
+        { op: 'exec', argv: [path], env, input: JSON.stringify(conf), timeoutMs: this.#timeoutMs },
+      ] as const);
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       const why = e.code === 'ETIMEDOUT' ? `did not finish within ${this.#timeoutMs} ms (killed)` : `could not run: ${e.message}`;
       this.#log(`cni ${command} ${plugin.type} (${pod.containerId}) failed: ${why}`);
-      throw new CniPluginError(`CNI ${command} failed in plugin "${plugin.type}": ${why}`, command, plugin.type, path, undefined, why, undefined, undefined, '', { cause: err });
+      throw new CniPluginError(
+        `CNI ${command} failed in plugin "${plugin.type}": ${why}`,
+        command,
+        plugin.type,
+        path,
+        undefined,
+        why,
+        undefined,
+        undefined,
+        '',
+        { cause: err },
+      );
     }
     const out = { stdout: result.stdout, stderr: result.stderr, exitCode: result.exitCode, path };
     const ms = Date.now() - started;
@@ -304,7 +322,12 @@ export class CniRuntime {
   }
 
   /** Builds the error from the plugin's JSON error object (stdout per spec 1.0; stderr as a fallback). */
-  #error(command: CniCommand, plugin: PluginConf, out: { stdout: string; stderr: string; exitCode: number; path: string }, how: string): CniPluginError {
+  #error(
+    command: CniCommand,
+    plugin: PluginConf,
+    out: { stdout: string; stderr: string; exitCode: number; path: string },
+    how: string,
+  ): CniPluginError {
     const parsed = (tryParseJson(out.stdout.trim()) ?? tryParseJson(out.stderr.trim())) as Record<string, unknown> | undefined;
     const cniError = typeof parsed === 'object' && parsed !== null && ('msg' in parsed || 'code' in parsed) ? parsed : undefined;
     const code = typeof cniError?.['code'] === 'number' ? cniError['code'] : undefined;

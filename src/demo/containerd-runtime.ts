@@ -24,7 +24,15 @@ const TOOL_ENV = { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin' 
 /** Why containerd cannot be run here, or undefined. */
 export function containerdPrerequisites(): string | undefined {
   if (!existsSync(CRI_PROTO) || !existsSync(PAUSE_SOURCE)) return `${CRI_FIXTURES} is missing (a checkout of the repository is needed)`;
-  for (const tool of ['/usr/bin/containerd', '/usr/bin/ctr', '/usr/bin/containerd-shim-runc-v2', '/usr/sbin/runc', '/usr/bin/nsenter', '/usr/bin/gcc', '/usr/bin/tar']) {
+  for (const tool of [
+    '/usr/bin/containerd',
+    '/usr/bin/ctr',
+    '/usr/bin/containerd-shim-runc-v2',
+    '/usr/sbin/runc',
+    '/usr/bin/nsenter',
+    '/usr/bin/gcc',
+    '/usr/bin/tar',
+  ]) {
     if (!existsSync(tool)) return `${tool} is missing (apt-get install containerd runc gcc)`;
   }
   return undefined;
@@ -38,12 +46,17 @@ export function buildPauseImage(dir: string): string {
   const imageDir = join(dir, 'image');
   mkdirSync(imageDir, { recursive: true });
   const layer = join(imageDir, 'layer.tar');
-  execFileSync('tar', ['--numeric-owner', '--owner=0', '--group=0', '--mtime=@0', '-C', layerDir, '-cf', layer, 'pause'], { env: TOOL_ENV });
+  execFileSync('tar', ['--numeric-owner', '--owner=0', '--group=0', '--mtime=@0', '-C', layerDir, '-cf', layer, 'pause'], {
+    env: TOOL_ENV,
+  });
   const diffId = `sha256:${createHash('sha256').update(readFileSync(layer)).digest('hex')}`;
   const architecture = process.arch === 'x64' ? 'amd64' : process.arch;
   const config = { architecture, os: 'linux', config: { Entrypoint: ['/pause'] }, rootfs: { type: 'layers', diff_ids: [diffId] } };
   writeFileSync(join(imageDir, 'config.json'), JSON.stringify(config));
-  writeFileSync(join(imageDir, 'manifest.json'), JSON.stringify([{ Config: 'config.json', RepoTags: [PAUSE_IMAGE], Layers: ['layer.tar'] }]));
+  writeFileSync(
+    join(imageDir, 'manifest.json'),
+    JSON.stringify([{ Config: 'config.json', RepoTags: [PAUSE_IMAGE], Layers: ['layer.tar'] }]),
+  );
   const archive = join(dir, 'pause-image.tar');
   execFileSync('tar', ['-C', imageDir, '-cf', archive, 'manifest.json', 'config.json', 'layer.tar'], { env: TOOL_ENV });
   return archive;
@@ -78,7 +91,9 @@ type RuntimeClient = grpc.Client & Record<string, (req: unknown, options: grpc.C
 
 function runtimeServiceClient(socket: string): RuntimeClient {
   const definition = protoLoader.loadSync(CRI_PROTO, { longs: String, enums: String, defaults: true, oneofs: true });
-  const loaded = grpc.loadPackageDefinition(definition) as unknown as { runtime: { v1: { RuntimeService: grpc.ServiceClientConstructor } } };
+  const loaded = grpc.loadPackageDefinition(definition) as unknown as {
+    runtime: { v1: { RuntimeService: grpc.ServiceClientConstructor } };
+  };
   return new loaded.runtime.v1.RuntimeService(`unix://${socket}`, grpc.credentials.createInsecure()) as unknown as RuntimeClient;
 }
 
@@ -143,14 +158,20 @@ export class ContainerdRuntime {
     const configPath = join(this.options.dir, 'config.toml');
     writeFileSync(configPath, this.#config());
     const out = openSync(this.log, 'a');
-    this.#process = spawn('nsenter', [`--net=${this.options.nodeNetns}`, 'containerd', '--config', configPath, '--log-level', 'warn'], { stdio: ['ignore', out, out], env: TOOL_ENV });
+    this.#process = spawn('nsenter', [`--net=${this.options.nodeNetns}`, 'containerd', '--config', configPath, '--log-level', 'warn'], {
+      stdio: ['ignore', out, out],
+      env: TOOL_ENV,
+    });
     closeSync(out); // the child has its own copy
     const deadline = Date.now() + 20_000;
     while (Date.now() < deadline) {
       if (this.#process.exitCode !== null) throw new Error(`containerd exited with ${this.#process.exitCode}: ${this.logTail()}`);
       if (existsSync(this.socket)) {
         this.#client ??= runtimeServiceClient(this.socket);
-        const ok = await this.#call('Version', {}, 2_000).then(() => true, () => false);
+        const ok = await this.#call('Version', {}, 2_000).then(
+          () => true,
+          () => false,
+        );
         if (ok) return;
       }
       await new Promise((r) => setTimeout(r, 100));
@@ -163,14 +184,19 @@ export class ContainerdRuntime {
   }
 
   importImage(archive: string): void {
-    execFileSync('ctr', ['--address', this.socket, '-n', 'k8s.io', 'images', 'import', archive], { stdio: ['ignore', 'pipe', 'pipe'], env: TOOL_ENV });
+    execFileSync('ctr', ['--address', this.socket, '-n', 'k8s.io', 'images', 'import', archive], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: TOOL_ENV,
+    });
   }
 
   #call(method: string, request: unknown, timeoutMs = RPC_DEADLINE_MS): Promise<Record<string, unknown>> {
     const client = this.#client;
     if (!client) return Promise.reject(new Error('containerd is not started'));
     return new Promise((resolve, reject) => {
-      client[method]!.call(client, request, { deadline: Date.now() + timeoutMs }, (err, res) => (err ? reject(err) : resolve(res as Record<string, unknown>)));
+      client[method]!.call(client, request, { deadline: Date.now() + timeoutMs }, (err, res) =>
+        err ? reject(err) : resolve(res as Record<string, unknown>),
+      );
     });
   }
 
@@ -190,7 +216,9 @@ export class ContainerdRuntime {
   async sandboxInfo(id: string): Promise<SandboxInfo> {
     const res = await this.#call('PodSandboxStatus', { podSandboxId: id, verbose: true });
     const status = res['status'] as { state: string; network?: { ip?: string } };
-    const info = JSON.parse((res['info'] as Record<string, string>)['info'] ?? '{}') as { runtimeSpec?: { linux?: { namespaces?: Array<{ type: string; path?: string }> } } };
+    const info = JSON.parse((res['info'] as Record<string, string>)['info'] ?? '{}') as {
+      runtimeSpec?: { linux?: { namespaces?: Array<{ type: string; path?: string }> } };
+    };
     const netnsPath = info.runtimeSpec?.linux?.namespaces?.find((n) => n.type === 'network')?.path ?? '';
     return { ip: status.network?.ip ?? '', netnsPath, state: status.state };
   }

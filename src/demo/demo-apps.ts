@@ -53,14 +53,19 @@ export class EchoApp {
   static async start(addon: NetAddon, ns: NetnsHandle, opts: { label: string; address?: string; port?: number }): Promise<EchoApp> {
     const address = opts.address ?? '0.0.0.0';
     const port = opts.port ?? DEMO_APP_PORT;
-    const fd = await socketIn(addon, ns, {
-      op: 'socket',
-      family: address.includes(':') ? 6 : 4,
-      type: 'tcp',
-      bindAddress: address,
-      bindPort: port,
-      listen: 128,
-    }, `${opts.label}: listen on ${address}:${port}`);
+    const fd = await socketIn(
+      addon,
+      ns,
+      {
+        op: 'socket',
+        family: address.includes(':') ? 6 : 4,
+        type: 'tcp',
+        bindAddress: address,
+        bindPort: port,
+        listen: 128,
+      },
+      `${opts.label}: listen on ${address}:${port}`,
+    );
     const server = net.createServer({ allowHalfOpen: true });
     const app = new EchoApp(opts.label, server);
     const listening = new Promise<void>((resolve, reject) => {
@@ -90,7 +95,11 @@ export class EchoApp {
   async close(): Promise<void> {
     for (const s of this.#sockets) s.destroy();
     this.#sockets.clear();
-    await withDeadline(new Promise<void>((resolve) => this.server.close(() => resolve())), DEFAULT_TIMEOUT_MS, `${this.label}: close`).catch(() => undefined);
+    await withDeadline(
+      new Promise<void>((resolve) => this.server.close(() => resolve())),
+      DEFAULT_TIMEOUT_MS,
+      `${this.label}: close`,
+    ).catch(() => undefined);
   }
 
   #onConnection(sock: net.Socket): void {
@@ -135,15 +144,20 @@ export async function tcpExchange(
   opts: { address: string; port: number; payload: string; timeoutMs?: number; mark?: number },
 ): Promise<TcpExchange> {
   const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  const fd = await socketIn(addon, ns, {
-    op: 'socket',
-    family: opts.address.includes(':') ? 6 : 4,
-    type: 'tcp',
-    connectAddress: opts.address,
-    connectPort: opts.port,
-    timeoutMs,
-    ...(opts.mark === undefined ? {} : { mark: opts.mark }),
-  }, `connect to ${opts.address}:${opts.port}`);
+  const fd = await socketIn(
+    addon,
+    ns,
+    {
+      op: 'socket',
+      family: opts.address.includes(':') ? 6 : 4,
+      type: 'tcp',
+      connectAddress: opts.address,
+      connectPort: opts.port,
+      timeoutMs,
+      ...(opts.mark === undefined ? {} : { mark: opts.mark }),
+    },
+    `connect to ${opts.address}:${opts.port}`,
+  );
   let sock: net.Socket;
   try {
     sock = new net.Socket({ fd, readable: true, writable: true, allowHalfOpen: true });
@@ -158,21 +172,25 @@ export async function tcpExchange(
     remotePort: sock.remotePort ?? 0,
   };
   try {
-    const text = await withDeadline(new Promise<string>((resolve, reject) => {
-      let data = '';
-      sock.setEncoding('utf8');
-      const done = (): void => {
-        const nl = data.indexOf('\n');
-        if (nl >= 0 && data.length - nl - 1 >= opts.payload.length) resolve(data);
-      };
-      sock.on('data', (chunk: string) => {
-        data += chunk;
-        done();
-      });
-      sock.once('end', () => resolve(data));
-      sock.once('error', reject);
-      sock.write(opts.payload);
-    }), timeoutMs, `exchange with ${opts.address}:${opts.port}`);
+    const text = await withDeadline(
+      new Promise<string>((resolve, reject) => {
+        let data = '';
+        sock.setEncoding('utf8');
+        const done = (): void => {
+          const nl = data.indexOf('\n');
+          if (nl >= 0 && data.length - nl - 1 >= opts.payload.length) resolve(data);
+        };
+        sock.on('data', (chunk: string) => {
+          data += chunk;
+          done();
+        });
+        sock.once('end', () => resolve(data));
+        sock.once('error', reject);
+        sock.write(opts.payload);
+      }),
+      timeoutMs,
+      `exchange with ${opts.address}:${opts.port}`,
+    );
     const nl = text.indexOf('\n');
     const banner = nl >= 0 ? text.slice(0, nl) : text;
     const seen = /saw (\S+):\d+$/.exec(banner)?.[1] ?? '';
@@ -195,17 +213,30 @@ export async function dnsQuery(
   const port = opts.port ?? 53;
   const id = Math.floor(Math.random() * 0x10000);
   const query = buildDnsQuery(id, opts.name, opts.type ?? DNS_TYPE_A);
-  const reply = opts.transport === 'udp'
-    ? await udpRoundTrip(addon, ns, opts.server, port, query, timeoutMs)
-    : await tcpRoundTrip(addon, ns, opts.server, port, query, timeoutMs);
+  const reply =
+    opts.transport === 'udp'
+      ? await udpRoundTrip(addon, ns, opts.server, port, query, timeoutMs)
+      : await tcpRoundTrip(addon, ns, opts.server, port, query, timeoutMs);
   const response = parseDnsResponse(reply);
   if (response.id !== id) throw new Error(`DNS answer id ${response.id} does not match query id ${id}`);
   return response;
 }
 
-async function udpRoundTrip(addon: NetAddon, ns: NetnsHandle, server: string, port: number, query: Buffer, timeoutMs: number): Promise<Buffer> {
+async function udpRoundTrip(
+  addon: NetAddon,
+  ns: NetnsHandle,
+  server: string,
+  port: number,
+  query: Buffer,
+  timeoutMs: number,
+): Promise<Buffer> {
   const family = server.includes(':') ? 6 : 4;
-  const fd = await socketIn(addon, ns, { op: 'socket', family, type: 'udp', bindAddress: family === 6 ? '::' : '0.0.0.0', bindPort: 0 }, 'DNS client UDP socket');
+  const fd = await socketIn(
+    addon,
+    ns,
+    { op: 'socket', family, type: 'udp', bindAddress: family === 6 ? '::' : '0.0.0.0', bindPort: 0 },
+    'DNS client UDP socket',
+  );
   const sock = dgram.createSocket({ type: family === 6 ? 'udp6' : 'udp4' });
   try {
     sock.bind({ fd });
@@ -214,25 +245,41 @@ async function udpRoundTrip(addon: NetAddon, ns: NetnsHandle, server: string, po
     throw err;
   }
   try {
-    return await withDeadline(new Promise<Buffer>((resolve, reject) => {
-      sock.once('error', reject);
-      sock.on('message', (msg) => resolve(msg));
-      sock.send(query, port, server, (err) => (err ? reject(err) : undefined));
-    }), timeoutMs, `DNS over UDP to ${server}:${port}`);
+    return await withDeadline(
+      new Promise<Buffer>((resolve, reject) => {
+        sock.once('error', reject);
+        sock.on('message', (msg) => resolve(msg));
+        sock.send(query, port, server, (err) => (err ? reject(err) : undefined));
+      }),
+      timeoutMs,
+      `DNS over UDP to ${server}:${port}`,
+    );
   } finally {
     await new Promise<void>((resolve) => sock.close(() => resolve()));
   }
 }
 
-async function tcpRoundTrip(addon: NetAddon, ns: NetnsHandle, server: string, port: number, query: Buffer, timeoutMs: number): Promise<Buffer> {
-  const fd = await socketIn(addon, ns, {
-    op: 'socket',
-    family: server.includes(':') ? 6 : 4,
-    type: 'tcp',
-    connectAddress: server,
-    connectPort: port,
-    timeoutMs,
-  }, `DNS over TCP: connect to ${server}:${port}`);
+async function tcpRoundTrip(
+  addon: NetAddon,
+  ns: NetnsHandle,
+  server: string,
+  port: number,
+  query: Buffer,
+  timeoutMs: number,
+): Promise<Buffer> {
+  const fd = await socketIn(
+    addon,
+    ns,
+    {
+      op: 'socket',
+      family: server.includes(':') ? 6 : 4,
+      type: 'tcp',
+      connectAddress: server,
+      connectPort: port,
+      timeoutMs,
+    },
+    `DNS over TCP: connect to ${server}:${port}`,
+  );
   let sock: net.Socket;
   try {
     sock = new net.Socket({ fd, readable: true, writable: true });
@@ -241,18 +288,23 @@ async function tcpRoundTrip(addon: NetAddon, ns: NetnsHandle, server: string, po
     throw err;
   }
   try {
-    return await withDeadline(new Promise<Buffer>((resolve, reject) => {
-      let buffered = Buffer.alloc(0);
-      sock.on('data', (chunk: Buffer) => {
-        buffered = Buffer.concat([buffered, chunk]);
-        if (buffered.length >= 2 && buffered.length >= 2 + buffered.readUInt16BE(0)) resolve(buffered.subarray(2, 2 + buffered.readUInt16BE(0)));
-      });
-      sock.once('end', () => reject(new Error('DNS over TCP: connection closed before a full answer')));
-      sock.once('error', reject);
-      const prefix = Buffer.alloc(2);
-      prefix.writeUInt16BE(query.length, 0);
-      sock.write(Buffer.concat([prefix, query]));
-    }), timeoutMs, `DNS over TCP to ${server}:${port}`);
+    return await withDeadline(
+      new Promise<Buffer>((resolve, reject) => {
+        let buffered = Buffer.alloc(0);
+        sock.on('data', (chunk: Buffer) => {
+          buffered = Buffer.concat([buffered, chunk]);
+          if (buffered.length >= 2 && buffered.length >= 2 + buffered.readUInt16BE(0))
+            resolve(buffered.subarray(2, 2 + buffered.readUInt16BE(0)));
+        });
+        sock.once('end', () => reject(new Error('DNS over TCP: connection closed before a full answer')));
+        sock.once('error', reject);
+        const prefix = Buffer.alloc(2);
+        prefix.writeUInt16BE(query.length, 0);
+        sock.write(Buffer.concat([prefix, query]));
+      }),
+      timeoutMs,
+      `DNS over TCP to ${server}:${port}`,
+    );
   } finally {
     sock.destroy();
   }

@@ -12,7 +12,14 @@ function pad(cells: string[], widths: number[]): string {
 
 function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  return [pad(header, widths), pad(widths.map((w) => '-'.repeat(w)), widths), ...rows.map((r) => pad(r, widths))].join('\n');
+  return [
+    pad(header, widths),
+    pad(
+      widths.map((w) => '-'.repeat(w)),
+      widths,
+    ),
+    ...rows.map((r) => pad(r, widths)),
+  ].join('\n');
 }
 
 export function connectionTable(rows: ConnectionRow[], ipOf: (pod: string) => string): string {
@@ -43,7 +50,9 @@ export function dnsTable(rows: DnsRow[]): string {
 export function parseDemoArgs(args: string[]): { runtime: DemoRuntime } {
   let runtime: string | undefined;
   try {
-    ({ values: { runtime } } = parseArgs({ args, options: { runtime: { type: 'string' } }, strict: true }));
+    ({
+      values: { runtime },
+    } = parseArgs({ args, options: { runtime: { type: 'string' } }, strict: true }));
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
@@ -66,10 +75,21 @@ export async function runDemo(out: (s: string) => void, interrupted: Promise<voi
     say(`[${n}/6] ${text}`);
   };
   try {
-    step(1, `node namespace, bridge network config, agent (standalone), ztunnel stand-in${byContainerd ? ', containerd (CRI) in the node namespace' : ''}`);
+    step(
+      1,
+      `node namespace, bridge network config, agent (standalone), ztunnel stand-in${byContainerd ? ', containerd (CRI) in the node namespace' : ''}`,
+    );
     await env.setUp();
-    say(`      CNI chain: ${env.chainedConfig().plugins.map((p) => p.type).join(' → ')}`);
-    step(2, `creating pods (${byContainerd ? 'containerd RunPodSandbox: ' : ''}bridge + host-local + istio-cni; ADD returns once ztunnel has the pod)`);
+    say(
+      `      CNI chain: ${env
+        .chainedConfig()
+        .plugins.map((p) => p.type)
+        .join(' → ')}`,
+    );
+    step(
+      2,
+      `creating pods (${byContainerd ? 'containerd RunPodSandbox: ' : ''}bridge + host-local + istio-cni; ADD returns once ztunnel has the pod)`,
+    );
     await env.createPods((p) => say(`      pod ${p.name.padEnd(4)} ${p.ip.padEnd(14)} enrolled, app on :8080`));
     step(3, 'pod-to-pod traffic');
     const rows = await env.connectAll((r) => say(`      ${r.from} → ${r.to}: ${r.echoed ? 'echo ok' : 'no echo'}`));
@@ -81,7 +101,11 @@ export async function runDemo(out: (s: string) => void, interrupted: Promise<voi
     for (const pod of [...env.pods]) await env.deletePod(pod);
     step(6, 'stopping the agent and the stand-in, removing namespaces');
     const good = rows.every((r) => r.outbound && r.inbound && r.echoed) && dns.every((d) => d.event);
-    say(good ? `${OK} every connection and DNS query went through the ztunnel listeners` : `${NO} some traffic was not captured (agent log: ${env.agentLog})`);
+    say(
+      good
+        ? `${OK} every connection and DNS query went through the ztunnel listeners`
+        : `${NO} some traffic was not captured (agent log: ${env.agentLog})`,
+    );
     return good ? 0 : 1;
   } catch (err) {
     if (aborted) return 130; // the conventional status after Ctrl-C

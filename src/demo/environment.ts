@@ -102,7 +102,8 @@ export async function demoPrerequisitesFor(runtime: DemoRuntime): Promise<string
 export function demoPrerequisites(): string | undefined {
   if (process.getuid?.() !== 0) return 'the demo needs root (it creates network namespaces)';
   const missing = NEEDED_PLUGINS.filter((p) => !existsSync(join(CNI_PLUGIN_DIR, p)));
-  if (missing.length > 0) return `missing CNI plugins ${missing.join(', ')} in ${CNI_PLUGIN_DIR}: apt-get install containernetworking-plugins`;
+  if (missing.length > 0)
+    return `missing CNI plugins ${missing.join(', ')} in ${CNI_PLUGIN_DIR}: apt-get install containernetworking-plugins`;
   const root = projectRoot();
   for (const built of ['build/Release/istio-cni', 'build/Release/ambient_native.node', 'dist/src/cli/main.js']) {
     if (!existsSync(join(root, built))) return `${built} is missing: npm run build`;
@@ -187,7 +188,13 @@ export class DemoEnvironment {
     }
     const dir = join(this.workDir, 'containerd');
     const image = buildPauseImage(join(dir, 'image'));
-    this.#containerd = new ContainerdRuntime({ dir, nodeNetns: this.nodeNetnsPath, cniBinDir: this.binDir, cniConfDir: this.confDir, netnsUnderStateDir: false });
+    this.#containerd = new ContainerdRuntime({
+      dir,
+      nodeNetns: this.nodeNetnsPath,
+      cniBinDir: this.binDir,
+      cniConfDir: this.confDir,
+      netnsUnderStateDir: false,
+    });
     await this.#containerd.start();
     this.#containerd.importImage(image);
     this.#log(`containerd running in the node namespace (CRI socket ${this.#containerd.socket}), pause image imported`);
@@ -206,7 +213,11 @@ export class DemoEnvironment {
           isGateway: true,
           isDefaultGateway: true,
           ipMasq: false,
-          ipam: { type: 'host-local', ranges: [[{ subnet: `${this.#subnet}.0/24`, gateway: `${this.#subnet}.1` }]], dataDir: join(this.workDir, 'ipam') },
+          ipam: {
+            type: 'host-local',
+            ranges: [[{ subnet: `${this.#subnet}.0/24`, gateway: `${this.#subnet}.1` }]],
+            dataDir: join(this.workDir, 'ipam'),
+          },
         },
       ],
     };
@@ -218,12 +229,38 @@ export class DemoEnvironment {
     this.#healthPort = await freePort();
     const main = join(projectRoot(), 'dist', 'src', 'cli', 'main.js');
     const args = [
-      ...this.#agentNodeArgs, main, 'run', '--kube-mode', 'none', '--run-dir', this.runDir, '--cni-bin-dir', this.binDir, '--cni-conf-dir', this.confDir,
-      '--zds-socket', this.zdsSocket, '--netns-root', '', '--proc-dir', '/proc', '--health-port', String(this.#healthPort),
-      '--metrics-port', '0', '--exclude-namespaces', 'kube-system', '--log-level', 'info', ...this.#agentArgs,
+      ...this.#agentNodeArgs,
+      main,
+      'run',
+      '--kube-mode',
+      'none',
+      '--run-dir',
+      this.runDir,
+      '--cni-bin-dir',
+      this.binDir,
+      '--cni-conf-dir',
+      this.confDir,
+      '--zds-socket',
+      this.zdsSocket,
+      '--netns-root',
+      '',
+      '--proc-dir',
+      '/proc',
+      '--health-port',
+      String(this.#healthPort),
+      '--metrics-port',
+      '0',
+      '--exclude-namespaces',
+      'kube-system',
+      '--log-level',
+      'info',
+      ...this.#agentArgs,
     ];
     const logFile = createWriteStream(this.agentLog, { flags: 'a' });
-    const agent = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin' } });
+    const agent = spawn(process.execPath, args, {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin' },
+    });
     agent.stdout?.pipe(logFile);
     agent.stderr?.pipe(logFile);
     this.#agent = agent;
@@ -235,7 +272,10 @@ export class DemoEnvironment {
     const deadline = Date.now() + 20_000;
     while (Date.now() < deadline) {
       if (agent.exitCode !== null) throw new Error(`the agent exited with ${agent.exitCode}; see ${this.agentLog}`);
-      const ok = await fetch(`http://127.0.0.1:${this.#healthPort}/readyz`).then((r) => r.ok, () => false);
+      const ok = await fetch(`http://127.0.0.1:${this.#healthPort}/readyz`).then(
+        (r) => r.ok,
+        () => false,
+      );
       if (ok) return;
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -367,7 +407,8 @@ export class DemoEnvironment {
 
   /** Undoes everything; safe to call twice and after a partial set-up. */
   async tearDown(): Promise<void> {
-    for (const pod of [...this.pods]) await this.deletePod(pod).catch((err: unknown) => this.#log(`cleanup ${pod.name}: ${(err as Error).message}`));
+    for (const pod of [...this.pods])
+      await this.deletePod(pod).catch((err: unknown) => this.#log(`cleanup ${pod.name}: ${(err as Error).message}`));
     await this.#containerd?.stop().catch((err: unknown) => this.#log(`cleanup containerd: ${(err as Error).message}`));
     this.#containerd = undefined;
     await this.standIn?.stop().catch(() => undefined);
@@ -376,7 +417,7 @@ export class DemoEnvironment {
     this.#node?.close();
     this.#node = undefined;
     for (const name of [...this.#namespaces]) this.#deleteNamespace(name);
-    if (!process.env["DEMO_KEEP_WORKDIR"]) rmSync(this.workDir, { recursive: true, force: true });
+    if (!process.env['DEMO_KEEP_WORKDIR']) rmSync(this.workDir, { recursive: true, force: true });
   }
 
   #createNamespace(name: string): string {

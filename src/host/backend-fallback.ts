@@ -32,11 +32,17 @@ export async function chooseBackend(addon: NetAddon, opts: BackendChoiceOptions,
       ...(opts.selfNetnsPath ? { selfPath: opts.selfNetnsPath } : {}),
     });
   } catch (err) {
-    log.warn({ err: (err as Error).message }, 'iptables artifacts could not be detected; proceeding with the nftables backend as configured');
+    log.warn(
+      { err: (err as Error).message },
+      'iptables artifacts could not be detected; proceeding with the nftables backend as configured',
+    );
     return 'nftables';
   }
   try {
-    const listed = (await addon.run(host.handle, names.map((name) => ({ op: 'ipsetList' as const, name })))) as IpsetListResult[];
+    const listed = (await addon.run(
+      host.handle,
+      names.map((name) => ({ op: 'ipsetList' as const, name })),
+    )) as IpsetListResult[];
     const found = names.filter((_, i) => listed[i]?.exists);
     if (found.length > 0) {
       log.warn(
@@ -47,7 +53,10 @@ export async function chooseBackend(addon: NetAddon, opts: BackendChoiceOptions,
     }
     log.info('iptables artifacts not found, proceeding with the nftables backend');
   } catch (err) {
-    log.warn({ err: (err as Error).message }, 'iptables artifacts could not be detected; proceeding with the nftables backend as configured');
+    log.warn(
+      { err: (err as Error).message },
+      'iptables artifacts could not be detected; proceeding with the nftables backend as configured',
+    );
   } finally {
     host.handle.close();
   }

@@ -24,7 +24,10 @@ export class IpsetProbeSetStore implements ProbeSetStore {
     const results = await this.#run(families.map((family): IpsetStep => ({ op: 'ipsetCreate', name: probeSetName(family), family })));
     results.forEach((r, i) => {
       if ((r as { skipped?: boolean }).skipped) {
-        this.log.error({ set: probeSetName(families[i] ?? 4) }, 'an ip set of this name exists with other parameters (not hash:ip with comments); kept as Istio keeps it, but pod UIDs cannot be recorded in it');
+        this.log.error(
+          { set: probeSetName(families[i] ?? 4) },
+          'an ip set of this name exists with other parameters (not hash:ip with comments); kept as Istio keeps it, but pod UIDs cannot be recorded in it',
+        );
       }
     });
   }
@@ -50,9 +53,13 @@ export class IpsetProbeSetStore implements ProbeSetStore {
   /** Deletes first, then adds with replace: a replacement is one add (the kernel swaps the comment). */
   async apply(changes: readonly ProbeChange[]): Promise<void> {
     const steps: IpsetStep[] = [
-      ...changes.flatMap((c): IpsetStep[] => (c.kind === 'delete' ? [{ op: 'ipsetDel', name: probeSetName(c.address.family), ip: c.address.ip }] : [])),
       ...changes.flatMap((c): IpsetStep[] =>
-        c.kind === 'delete' ? [] : [{ op: 'ipsetAdd', name: probeSetName(c.address.family), ip: c.address.ip, comment: c.uid, replace: true }],
+        c.kind === 'delete' ? [{ op: 'ipsetDel', name: probeSetName(c.address.family), ip: c.address.ip }] : [],
+      ),
+      ...changes.flatMap((c): IpsetStep[] =>
+        c.kind === 'delete'
+          ? []
+          : [{ op: 'ipsetAdd', name: probeSetName(c.address.family), ip: c.address.ip, comment: c.uid, replace: true }],
       ),
     ];
     if (steps.length > 0) await this.#run(steps);
@@ -70,7 +77,12 @@ export class IpsetProbeSetStore implements ProbeSetStore {
       const family = families[i] ?? 4;
       const want = `${probeSetName(family)} hash:ip family ${family === 4 ? 'inet' : 'inet6'} comment`;
       const ok = listing.exists && listing.typeName === 'hash:ip' && listing.family === family && listing.comments;
-      if (!ok) items.push({ kind: 'set', where: 'ipset', text: listing.exists ? `${want} (found ${listing.typeName} family ${listing.family}${listing.comments ? ' comment' : ''})` : want });
+      if (!ok)
+        items.push({
+          kind: 'set',
+          where: 'ipset',
+          text: listing.exists ? `${want} (found ${listing.typeName} family ${listing.family}${listing.comments ? ' comment' : ''})` : want,
+        });
     });
     return items;
   }

@@ -82,9 +82,7 @@ export function probeSetName(family: ProbeFamily): string {
 /** Throws a RangeError unless `uid` is safe to put in an element comment. */
 export function assertValidPodUid(uid: string): void {
   if (typeof uid !== 'string' || uid.length === 0 || uid.length > MAX_UID_LENGTH || !UID_PATTERN.test(uid)) {
-    throw new RangeError(
-      `invalid pod UID ${JSON.stringify(uid)}: expected 1 to ${MAX_UID_LENGTH} characters of [A-Za-z0-9._:-]`,
-    );
+    throw new RangeError(`invalid pod UID ${JSON.stringify(uid)}: expected 1 to ${MAX_UID_LENGTH} characters of [A-Za-z0-9._:-]`);
   }
 }
 
@@ -137,7 +135,7 @@ function ipv6Words(ip: string): number[] {
 function formatIpv6(words: number[]): string {
   let bestStart = -1;
   let bestLen = 0;
-  for (let i = 0; i < 8; ) {
+  for (let i = 0; i < 8;) {
     if (words[i] !== 0) {
       i++;
       continue;
@@ -154,7 +152,11 @@ function formatIpv6(words: number[]): string {
   if (bestStart === 0 && (bestLen === 6 || (bestLen === 5 && words[5] === 0xffff))) {
     return `::${bestLen === 5 ? 'ffff:' : ''}${dottedQuad(words[6] ?? 0, words[7] ?? 0)}`;
   }
-  const hex = (from: number, to: number): string => words.slice(from, to).map((w) => w.toString(16)).join(':');
+  const hex = (from: number, to: number): string =>
+    words
+      .slice(from, to)
+      .map((w) => w.toString(16))
+      .join(':');
   if (bestStart < 0) return hex(0, 8);
   return `${hex(0, bestStart)}::${hex(bestStart + bestLen, 8)}`;
 }
@@ -188,8 +190,7 @@ export function parseProbeSetJson(json: string, setName: string, onSkip: (what: 
       continue;
     }
     for (const raw of set.elem as unknown[]) {
-      const elem: JsonElem | undefined =
-        typeof raw === 'string' ? { val: raw } : ((raw as { elem?: JsonElem } | null)?.elem ?? undefined);
+      const elem: JsonElem | undefined = typeof raw === 'string' ? { val: raw } : ((raw as { elem?: JsonElem } | null)?.elem ?? undefined);
       const ip = typeof elem?.val === 'string' ? canonicalListed(elem.val) : undefined;
       if (ip === undefined) {
         onSkip(`element ${JSON.stringify(raw)} of set ${setName}`);
@@ -401,7 +402,10 @@ export class NftProbeSetStore implements ProbeSetStore {
     const entries: ProbeEntries = new Map();
     results.forEach((r, i) => {
       const name = probeSetName(families[i] ?? 4);
-      for (const [ip, uid] of parseProbeSetJson(r.output, name, (what) => this.log.warn({ set: name }, `probe set listing: skipped ${what}`))) entries.set(ip, uid);
+      for (const [ip, uid] of parseProbeSetJson(r.output, name, (what) =>
+        this.log.warn({ set: name }, `probe set listing: skipped ${what}`),
+      ))
+        entries.set(ip, uid);
     });
     return entries;
   }
@@ -412,7 +416,10 @@ export class NftProbeSetStore implements ProbeSetStore {
 
   /** The sets go with the table (the host rules' cleanup deletes it); each alone otherwise. */
   destroy(families: readonly ProbeFamily[]): Promise<void> {
-    const lines = families.map((f) => `add set ${PROBE_TABLE} ${probeSetName(f)} { type ${f === 4 ? 'ipv4_addr' : 'ipv6_addr'} ; }\ndelete set ${PROBE_TABLE} ${probeSetName(f)}\n`);
+    const lines = families.map(
+      (f) =>
+        `add set ${PROBE_TABLE} ${probeSetName(f)} { type ${f === 4 ? 'ipv4_addr' : 'ipv6_addr'} ; }\ndelete set ${PROBE_TABLE} ${probeSetName(f)}\n`,
+    );
     return this.#nft(`add table ${PROBE_TABLE}\n${lines.join('')}`);
   }
 

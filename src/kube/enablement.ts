@@ -203,7 +203,9 @@ export class Enablement {
    * nothing about the namespace and are ignored.
    */
   namespaceMatches(nsLabels: Readonly<Record<string, string>> | undefined): boolean {
-    return this.#selectors.some((s) => !isEmptyLabelSelector(s.namespaceSelector) && matchesLabelSelector(s.namespaceSelector, nsLabels ?? {}));
+    return this.#selectors.some(
+      (s) => !isEmptyLabelSelector(s.namespaceSelector) && matchesLabelSelector(s.namespaceSelector, nsLabels ?? {}),
+    );
   }
 
   /** The plugin's fallback file: the ambient namespaces (not excluded), sorted, and the exclusions. */
@@ -240,7 +242,8 @@ function decodeLabelSelector(v: unknown, where: string): V1LabelSelector {
     if (!isJsonObject(labels)) throw new Error(`${where}.matchLabels: expected a map of strings, got ${describe(labels)}`);
     const m: Record<string, string> = {};
     for (const [k, x] of Object.entries(labels)) {
-      if (x !== null && typeof x !== 'string') throw new Error(`${where}.matchLabels[${JSON.stringify(k)}]: expected a string, got ${describe(x)} (quote it)`);
+      if (x !== null && typeof x !== 'string')
+        throw new Error(`${where}.matchLabels[${JSON.stringify(k)}]: expected a string, got ${describe(x)} (quote it)`);
       Object.defineProperty(m, k, { value: x ?? '', enumerable: true, writable: true, configurable: true });
     }
     if (Object.keys(m).length > 0) out.matchLabels = m;
@@ -280,13 +283,16 @@ function validateLabelSelector(selector: V1LabelSelector, where: string): void {
     const keyProblem = labelKeyProblem(k);
     if (keyProblem) throw new Error(`${where}.matchLabels: invalid label key ${JSON.stringify(k)}: ${keyProblem}`);
     const valueProblem = labelValueProblem(v);
-    if (valueProblem) throw new Error(`${where}.matchLabels[${JSON.stringify(k)}]: invalid label value ${JSON.stringify(v)}: ${valueProblem}`);
+    if (valueProblem)
+      throw new Error(`${where}.matchLabels[${JSON.stringify(k)}]: invalid label value ${JSON.stringify(v)}: ${valueProblem}`);
   }
   (selector.matchExpressions ?? []).forEach((req, j) => {
     const at = `${where}.matchExpressions[${j}]`;
     const values = req.values ?? [];
     if (!(OPERATORS as readonly string[]).includes(req.operator)) {
-      throw new Error(`${at}: ${JSON.stringify(req.operator)} is not a valid label selector operator (want one of ${OPERATORS.join(', ')})`);
+      throw new Error(
+        `${at}: ${JSON.stringify(req.operator)} is not a valid label selector operator (want one of ${OPERATORS.join(', ')})`,
+      );
     }
     const keyProblem = labelKeyProblem(req.key);
     if (keyProblem) throw new Error(`${at}: invalid label key ${JSON.stringify(req.key)}: ${keyProblem}`);
@@ -329,7 +335,8 @@ function labelKeyProblem(key: string): string | undefined {
 
 function labelValueProblem(value: string): string | undefined {
   if (value.length > 63) return 'must be no more than 63 characters';
-  if (value !== '' && !QUALIFIED_NAME.test(value)) return "must be empty or consist of alphanumerics, '-', '_' or '.', and start and end with an alphanumeric";
+  if (value !== '' && !QUALIFIED_NAME.test(value))
+    return "must be empty or consist of alphanumerics, '-', '_' or '.', and start and end with an alphanumeric";
   return undefined;
 }
 
@@ -353,7 +360,10 @@ function hasKey(obj: Readonly<Record<string, string>> | undefined, key: string):
 }
 
 function cloneSelectors(selectors: readonly EnablementSelector[]): EnablementSelector[] {
-  return selectors.map((s) => ({ podSelector: cloneLabelSelector(s.podSelector), namespaceSelector: cloneLabelSelector(s.namespaceSelector) }));
+  return selectors.map((s) => ({
+    podSelector: cloneLabelSelector(s.podSelector),
+    namespaceSelector: cloneLabelSelector(s.namespaceSelector),
+  }));
 }
 
 function cloneLabelSelector(s: V1LabelSelector): V1LabelSelector {

@@ -103,7 +103,11 @@ export class ResilientInformer<T extends KubernetesObject> {
 
   constructor(opts: ResilientInformerOptions<T>) {
     this.#opts = opts;
-    this.#log = (opts.log ?? silentLogger).child({ informer: opts.path, fieldSelector: opts.fieldSelector, labelSelector: opts.labelSelector });
+    this.#log = (opts.log ?? silentLogger).child({
+      informer: opts.path,
+      fieldSelector: opts.fieldSelector,
+      labelSelector: opts.labelSelector,
+    });
     this.#initialMs = opts.backoff?.initialMs ?? 500;
     this.#maxMs = Math.max(this.#initialMs, opts.backoff?.maxMs ?? 30_000);
     this.#synced = new Promise((resolve) => (this.#resolveSynced = resolve));
@@ -385,7 +389,12 @@ class TrackedWatch extends Watch {
     this.config = proxy;
   }
 
-  override async watch(path: WatchParams[0], queryParams: WatchParams[1], callback: WatchParams[2], done: WatchParams[3]): Promise<AbortController> {
+  override async watch(
+    path: WatchParams[0],
+    queryParams: WatchParams[1],
+    callback: WatchParams[2],
+    done: WatchParams[3],
+  ): Promise<AbortController> {
     let end!: () => void;
     const ended = new Promise<void>((r) => (end = r));
     const entry: LiveWatch = { abort: new AbortController(), finished: false, sawEvent: false, startedAt: Date.now(), ended };
@@ -398,7 +407,9 @@ class TrackedWatch extends Watch {
       this.#countQuickEnd(entry, err);
       end();
       // ListWatch's doneHandler is async and nobody awaits it when it is called from here.
-      Promise.resolve(done(err) as unknown).catch((e: unknown) => this.#o.log.error({ err: describeError(e) }, 'watch done handler failed'));
+      Promise.resolve(done(err) as unknown).catch((e: unknown) =>
+        this.#o.log.error({ err: describeError(e) }, 'watch done handler failed'),
+      );
     };
     await this.#pauseIfLooping();
     if (this.#closed) {
@@ -432,10 +443,13 @@ class TrackedWatch extends Watch {
     // A server honours timeoutSeconds; one that does not end the stream well after it is gone
     // (half-open connection) or broken. Aborting turns that into an error → backoff → re-watch.
     const graceMs = Math.min(30_000, Math.max(1000, timeoutSeconds * 500));
-    entry.overdue = setTimeout(() => {
-      this.#o.onOverdue();
-      entry.abort.abort();
-    }, timeoutSeconds * 1000 + graceMs);
+    entry.overdue = setTimeout(
+      () => {
+        this.#o.onOverdue();
+        entry.abort.abort();
+      },
+      timeoutSeconds * 1000 + graceMs,
+    );
     entry.overdue.unref();
     this.#o.onEstablished();
     return controller;
@@ -482,7 +496,10 @@ class TrackedWatch extends Watch {
  * Note: list items went through the library's model classes, which drop fields unknown to them;
  * watch objects keep such fields. No pod or namespace field is renamed by the models.
  */
-export function normalizeObject<T extends KubernetesObject>(obj: T, typeMeta?: { kind?: string | undefined; apiVersion?: string | undefined }): T {
+export function normalizeObject<T extends KubernetesObject>(
+  obj: T,
+  typeMeta?: { kind?: string | undefined; apiVersion?: string | undefined },
+): T {
   const plain = JSON.parse(JSON.stringify(obj, kubeTimeReplacer)) as T;
   if (typeMeta?.kind && !plain.kind) plain.kind = typeMeta.kind;
   if (typeMeta?.apiVersion && !plain.apiVersion) plain.apiVersion = typeMeta.apiVersion;

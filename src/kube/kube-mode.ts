@@ -76,7 +76,12 @@ export class KubernetesMode implements AgentMode {
       list: () => core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${opts.nodeName}` }),
       log: deps.log,
     });
-    this.namespaces = new ResilientInformer<V1Namespace>({ kc: opts.kc, path: '/api/v1/namespaces', list: () => core.listNamespace(), log: deps.log });
+    this.namespaces = new ResilientInformer<V1Namespace>({
+      kc: opts.kc,
+      path: '/api/v1/namespaces',
+      list: () => core.listNamespace(),
+      log: deps.log,
+    });
     const hostNetns = opts.host
       ? undefined
       : openHostNetns(deps.addon, {
@@ -86,14 +91,18 @@ export class KubernetesMode implements AgentMode {
         });
     this.#hostNetns = hostNetns?.handle;
     this.#hostProblem = hostNetns?.problem;
-    this.host = opts.host ?? (this.#hostProblem ? new RefusedHostProbes() : new HostDataplane({
-      addon: deps.addon,
-      hostNetns: hostNetns!.handle,
-      settings: deps.settings,
-      backend: deps.config.backend,
-      procDir: deps.config.procDir,
-      log: deps.log,
-    }));
+    this.host =
+      opts.host ??
+      (this.#hostProblem
+        ? new RefusedHostProbes()
+        : new HostDataplane({
+            addon: deps.addon,
+            hostNetns: hostNetns!.handle,
+            settings: deps.settings,
+            backend: deps.config.backend,
+            procDir: deps.config.procDir,
+            log: deps.log,
+          }));
     this.controller = new MeshController({
       addon: deps.addon,
       rules: deps.rules,
@@ -191,7 +200,9 @@ export class KubernetesMode implements AgentMode {
       overridesFor: (uid) => this.controller.overridesFor(uid),
       onOutcome: (uid, outcome) => {
         if (outcome.status === 'failed') {
-          this.controller.markRepairFailed(uid).catch((err: unknown) => this.deps.log.warn({ uid, err: (err as Error).message }, 'could not mark the pod pending'));
+          this.controller
+            .markRepairFailed(uid)
+            .catch((err: unknown) => this.deps.log.warn({ uid, err: (err as Error).message }, 'could not mark the pod pending'));
         } else {
           this.controller.markRepaired(uid);
         }
@@ -219,7 +230,9 @@ export class KubernetesMode implements AgentMode {
     if (this.#sandboxChecks.has(uid)) return;
     const timer = setTimeout(() => {
       this.#sandboxChecks.delete(uid);
-      this.controller.checkSandbox(uid).catch((err: unknown) => this.deps.log.warn({ uid, err: (err as Error).message }, 'sandbox check failed'));
+      this.controller
+        .checkSandbox(uid)
+        .catch((err: unknown) => this.deps.log.warn({ uid, err: (err as Error).message }, 'sandbox check failed'));
     }, delayMs);
     timer.unref();
     this.#sandboxChecks.set(uid, timer);

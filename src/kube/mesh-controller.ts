@@ -147,12 +147,19 @@ export class MeshController {
       if (this.deps.enablement.namespaceMatches(namespace?.metadata?.labels ?? {})) {
         throw new Error(`pod ${event.PodNamespace}/${event.PodName} not found in the informer cache`);
       }
-      return this.#log.info({ pod: `${event.PodNamespace}/${event.PodName}` }, 'pod not in the cache yet and its namespace is not ambient; letting it start');
+      return this.#log.info(
+        { pod: `${event.PodNamespace}/${event.PodName}` },
+        'pod not in the cache yet and its namespace is not ambient; letting it start',
+      );
     }
     if (!this.deps.enablement.shouldBeEnabled(pod, namespace)) {
       return this.#log.debug({ pod: podKey(pod) }, 'not an ambient pod; nothing to do');
     }
-    await this.addPodToMesh(pod, event.IPs.map((ip) => ip.Address.IP), event.Netns);
+    await this.addPodToMesh(
+      pod,
+      event.IPs.map((ip) => ip.Address.IP),
+      event.Netns,
+    );
   }
 
   /** CNI CHECK: the enrolled pod's rules are as expected. */
@@ -320,7 +327,9 @@ export class MeshController {
 
   /** Pods this node has enrolled (annotation `enabled`), not terminated, not ztunnel. */
   enrolledPods(): V1Pod[] {
-    return this.deps.pods.list().filter((p) => redirectionState(p) === 'enabled' && !isTerminated(p) && !this.deps.enablement.isZtunnelPod(p));
+    return this.deps.pods
+      .list()
+      .filter((p) => redirectionState(p) === 'enabled' && !isTerminated(p) && !this.deps.enablement.isZtunnelPod(p));
   }
 
   /**
@@ -341,7 +350,12 @@ export class MeshController {
     for (const pod of pods) {
       const netns = found.get(podUid(pod));
       this.deps.registry.adopt(
-        { uid: podUid(pod), name: pod.metadata?.name ?? '', namespace: pod.metadata?.namespace ?? '', serviceAccount: pod.spec?.serviceAccountName || 'default' },
+        {
+          uid: podUid(pod),
+          name: pod.metadata?.name ?? '',
+          namespace: pod.metadata?.namespace ?? '',
+          serviceAccount: pod.spec?.serviceAccountName || 'default',
+        },
         netns,
       );
     }
@@ -361,7 +375,8 @@ export class MeshController {
     if (outcome.status === 'in-sync') return false;
     this.#log.warn({ pod: podKey(pod), drift: outcome.drift, reason: outcome.reason }, 'in-pod rules drifted; repairing');
     if (outcome.status === 'repaired') return true;
-    if (!hasErrorCode(outcome.error, 'ENOENT')) this.#log.error({ pod: podKey(pod), err: outcome.error.message }, 'could not repair in-pod rules; try restarting the pod');
+    if (!hasErrorCode(outcome.error, 'ENOENT'))
+      this.#log.error({ pod: podKey(pod), err: outcome.error.message }, 'could not repair in-pod rules; try restarting the pod');
     return false;
   }
 
@@ -410,7 +425,10 @@ export class MeshController {
       found.close();
       return 'same';
     }
-    this.#log.warn({ pod: podKey(pod), uid, oldNetnsIno: netns.ino, newNetnsIno: found.ino }, 'sandbox netns replaced; re-enrolling the pod with the new one');
+    this.#log.warn(
+      { pod: podKey(pod), uid, oldNetnsIno: netns.ino, newNetnsIno: found.ino },
+      'sandbox netns replaced; re-enrolling the pod with the new one',
+    );
     await this.exclusive(uid, async () => {
       await onboardPod(this.deps, this.#identityOf(pod), found, this.#overrides(pod));
       await this.deps.host.podEnrolled(uid, ips);
@@ -420,6 +438,11 @@ export class MeshController {
   }
 
   #identityOf(pod: V1Pod): { uid: string; name: string; namespace: string; serviceAccount: string } {
-    return { uid: podUid(pod), name: pod.metadata?.name ?? '', namespace: pod.metadata?.namespace ?? '', serviceAccount: pod.spec?.serviceAccountName || 'default' };
+    return {
+      uid: podUid(pod),
+      name: pod.metadata?.name ?? '',
+      namespace: pod.metadata?.namespace ?? '',
+      serviceAccount: pod.spec?.serviceAccountName || 'default',
+    };
   }
 }

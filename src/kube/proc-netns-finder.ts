@@ -112,7 +112,10 @@ export class ProcNetnsFinder {
         for (const c of candidates) c.processes.sort(olderFirst);
         candidates.sort((a, b) => olderFirst(a.processes[0]!, b.processes[0]!));
         if (candidates.length > 1) {
-          this.#log.warn({ uid, netns: candidates.map((c) => c.ino) }, 'found more than one netns for the same pod, will use the oldest process netns');
+          this.#log.warn(
+            { uid, netns: candidates.map((c) => c.ino) },
+            'found more than one netns for the same pod, will use the oldest process netns',
+          );
         }
         const handle = await this.#firstOwned(uid, wanted.get(uid)!, candidates);
         if (handle) found.set(uid, handle);
@@ -227,7 +230,10 @@ function olderFirst(a: { pid: number; startTime: number }, b: { pid: number; sta
 export function parseProcStatStartTime(text: string): number {
   const close = text.lastIndexOf(')');
   if (close === -1) throw new Error('invalid stat format: no ")"');
-  const fields = text.slice(close + 1).trim().split(/\s+/);
+  const fields = text
+    .slice(close + 1)
+    .trim()
+    .split(/\s+/);
   // fields[0] is field 3 (state), so field 22 is fields[19].
   const value = fields.length >= 20 ? fields[19] : undefined;
   if (value === undefined) throw new Error('not enough fields in stat');
@@ -326,7 +332,8 @@ export function parseCgroupPodUid(text: string): CgroupPodIds {
     const line = raw.endsWith('\r') ? raw.slice(0, -1) : raw;
     const first = line.indexOf(':');
     const second = first === -1 ? -1 : line.indexOf(':', first + 1);
-    if (second === -1) throw new Error(`cgroup entry ${JSON.stringify(line)} does not have the form hierarchy-ID:controller-list:cgroup-path`);
+    if (second === -1)
+      throw new Error(`cgroup entry ${JSON.stringify(line)} does not have the form hierarchy-ID:controller-list:cgroup-path`);
     const ids = podIdsFromCgroupPath(line.slice(second + 1));
     if (!ids) continue;
     if (containerId === '') {

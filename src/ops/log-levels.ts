@@ -15,7 +15,14 @@ export const PINO_LEVELS: readonly PinoLevel[] = ['trace', 'debug', 'info', 'war
 
 /** Istio's level names (pkg/log stringToLevel). */
 export type IstioLevel = 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'none';
-const ISTIO_TO_PINO: Readonly<Record<IstioLevel, PinoLevel>> = { debug: 'debug', info: 'info', warn: 'warn', error: 'error', fatal: 'fatal', none: 'silent' };
+const ISTIO_TO_PINO: Readonly<Record<IstioLevel, PinoLevel>> = {
+  debug: 'debug',
+  info: 'info',
+  warn: 'warn',
+  error: 'error',
+  fatal: 'fatal',
+  none: 'silent',
+};
 
 export const AGENT_SCOPE = 'cni-agent';
 export const PLUGIN_SCOPE = 'cni-plugin';

@@ -8,15 +8,34 @@ const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0
 export class AgentMetrics {
   readonly registry = new Registry();
   /** Istio: CNI plugin requests by HTTP response code. */
-  readonly pluginRequests = new Counter({ name: 'istio_cni_plugin_requests_total', help: 'CNI plugin requests to the agent, by response code', labelNames: ['response_code'], registers: [this.registry] });
+  readonly pluginRequests = new Counter({
+    name: 'istio_cni_plugin_requests_total',
+    help: 'CNI plugin requests to the agent, by response code',
+    labelNames: ['response_code'],
+    registers: [this.registry],
+  });
   /** Istio: informer events (namespace events included). */
-  readonly reconcileEvents = new Counter({ name: 'nodeagent_reconcile_events_total', help: 'Informer events handled, by type', labelNames: ['type'], registers: [this.registry] });
+  readonly reconcileEvents = new Counter({
+    name: 'nodeagent_reconcile_events_total',
+    help: 'Informer events handled, by type',
+    labelNames: ['type'],
+    registers: [this.registry],
+  });
   /** Istio: connected ztunnels. */
   readonly ztunnelConnected = new Gauge({ name: 'ztunnel_connected', help: 'Number of connected ztunnels', registers: [this.registry] });
   /** Istio: installer runs by result. */
-  readonly installs = new Counter({ name: 'istio_cni_installs_total', help: 'CNI plugin installs, by result', labelNames: ['result'], registers: [this.registry] });
+  readonly installs = new Counter({
+    name: 'istio_cni_installs_total',
+    help: 'CNI plugin installs, by result',
+    labelNames: ['result'],
+    registers: [this.registry],
+  });
   /** Istio: 1 while the plugin is installed and chained. */
-  readonly installReady = new Gauge({ name: 'istio_cni_install_ready', help: 'Whether the CNI plugin is installed and chained (0/1)', registers: [this.registry] });
+  readonly installReady = new Gauge({
+    name: 'istio_cni_install_ready',
+    help: 'Whether the CNI plugin is installed and chained (0/1)',
+    registers: [this.registry],
+  });
   readonly podOnboarding = new Histogram({
     name: 'ambient_node_agent_pod_onboarding_seconds',
     help: 'CNI ADD handled by the agent: netns, in-pod rules, ztunnel ack',
@@ -77,12 +96,16 @@ export const METRICS_ROUTES = ['/metrics'] as const;
 /** Serves /metrics (and nothing else) on the metrics port. */
 export class MetricsServer extends PortServer {
   constructor(metrics: AgentMetrics, port: number, host = '0.0.0.0') {
-    super((req, res) => {
-      if ((req.url ?? '').split('?')[0] !== '/metrics') return void res.writeHead(404).end('not found\n');
-      metrics.registry.metrics().then(
-        (text) => res.writeHead(200, { 'Content-Type': metrics.registry.contentType }).end(text),
-        (err: Error) => res.writeHead(500).end(err.message),
-      );
-    }, port, host);
+    super(
+      (req, res) => {
+        if ((req.url ?? '').split('?')[0] !== '/metrics') return void res.writeHead(404).end('not found\n');
+        metrics.registry.metrics().then(
+          (text) => res.writeHead(200, { 'Content-Type': metrics.registry.contentType }).end(text),
+          (err: Error) => res.writeHead(500).end(err.message),
+        );
+      },
+      port,
+      host,
+    );
   }
 }

@@ -42,7 +42,8 @@ export function netnsDirProblem(dir: string): string | undefined {
   const problem = netnsPathProblem(dir);
   if (problem) return problem;
   if (posix.normalize(dir) !== dir || dir.endsWith('/')) return 'not a normalized path (., .., //, trailing /)';
-  if (dir === '/proc' || dir.startsWith('/proc/') || dir === '/sys' || dir.startsWith('/sys/')) return 'a kernel filesystem, not a runtime netns directory';
+  if (dir === '/proc' || dir.startsWith('/proc/') || dir === '/sys' || dir.startsWith('/sys/'))
+    return 'a kernel filesystem, not a runtime netns directory';
   return undefined;
 }
 
@@ -60,7 +61,9 @@ export function podNetnsLocation(netnsRoot: string, runtimePath: string, extraDi
   if (posix.normalize(runtimePath) !== runtimePath || runtimePath.endsWith('/')) refuse('not a normalized path (., .., //)');
   const dirs = [...RUNTIME_NETNS_DIRS, ...extraDirs];
   if (!dirs.some((dir) => inDirectory(runtimePath, dir)) && !PROC_NETNS.test(runtimePath)) {
-    refuse(`outside the runtime netns locations (${dirs.map((d) => `${d}/<name>`).join(', ')}, /proc/<pid>/ns/net; add a directory with --netns-dirs)`);
+    refuse(
+      `outside the runtime netns locations (${dirs.map((d) => `${d}/<name>`).join(', ')}, /proc/<pid>/ns/net; add a directory with --netns-dirs)`,
+    );
   }
   return netnsRoot ? posix.join(netnsRoot, runtimePath) : runtimePath;
 }

@@ -55,7 +55,12 @@ export function hostTarget(host: HostReconcileTarget): ReconcileTarget {
 }
 
 /** Keeps the reconciler's pod targets equal to the registry's pods with a netns; returns the unsubscribe. */
-export function reconcileRegisteredPods(reconciler: Reconciler, registry: PodRegistry, rules: StampedRules, hooks: PodReconcileHooks): () => void {
+export function reconcileRegisteredPods(
+  reconciler: Reconciler,
+  registry: PodRegistry,
+  rules: StampedRules,
+  hooks: PodReconcileHooks,
+): () => void {
   const exclusive = <T>(uid: string, work: () => Promise<T>): Promise<T> => (hooks.exclusive ? hooks.exclusive(uid, work) : work());
   const targetOf = (uid: string, netns: NetnsHandle): ReconcileTarget => {
     const info = registry.workloadOf(uid);

@@ -212,7 +212,8 @@ export class Reconciler {
         (err: unknown) => {
           t.opening = false;
           if (t.closed) return;
-          if (!t.watchFailed) this.#log.warn({ ...t.target.logFields, err: (err as Error).message }, 'cannot watch the netns; the sweep covers it');
+          if (!t.watchFailed)
+            this.#log.warn({ ...t.target.logFields, err: (err as Error).message }, 'cannot watch the netns; the sweep covers it');
           t.watchFailed = true;
           this.#schedule(t, this.#initialCheckMs);
         },
@@ -256,7 +257,9 @@ export class Reconciler {
     await this.#acquire();
     let outcome: RepairOutcome | undefined;
     try {
-      outcome = await t.target.check().catch((err: unknown) => ({ status: 'failed' as const, reason: 'check-failed', drift: [], error: err as Error }));
+      outcome = await t.target
+        .check()
+        .catch((err: unknown) => ({ status: 'failed' as const, reason: 'check-failed', drift: [], error: err as Error }));
     } finally {
       this.#release();
       t.running = false;
@@ -287,7 +290,10 @@ export class Reconciler {
       } else {
         t.failing = true;
         const level = newEpisode ? 'error' : 'info';
-        this.#log[level]({ ...fields, err: outcome.error.message, retryInMs: backoffMs }, 'rules drifted and the repair failed; retrying with backoff');
+        this.#log[level](
+          { ...fields, err: outcome.error.message, retryInMs: backoffMs },
+          'rules drifted and the repair failed; retrying with backoff',
+        );
         this.#schedule(t, backoffMs);
       }
     }
@@ -304,7 +310,8 @@ export class Reconciler {
 
   #release(): void {
     const next = this.#waiting.shift();
-    if (next) next(); // the slot passes straight on
+    if (next)
+      next(); // the slot passes straight on
     else this.#inFlight--;
   }
 }

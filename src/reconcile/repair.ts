@@ -15,7 +15,9 @@ export type RepairOutcome =
 
 /** The metric label for what drifted: nftables, ip-rule, route (joined with '+'), or verify-failed. */
 export function driftReason(report: DriftReport): string {
-  const kinds = new Set([...report.missing, ...report.extra].map((d) => (d.kind === 'ip-rule' || d.kind === 'route' ? d.kind : 'nftables')));
+  const kinds = new Set(
+    [...report.missing, ...report.extra].map((d) => (d.kind === 'ip-rule' || d.kind === 'route' ? d.kind : 'nftables')),
+  );
   return [...kinds].sort().join('+') || 'unknown';
 }
 

@@ -75,7 +75,9 @@ export function hostNatDrift(state: HostNatState, expectedRules: readonly string
 
 function checkExit(result: ExecResult, what: string): void {
   if (result.exitCode !== 0) {
-    const err = new Error(`${what} exited with ${result.exitCode}${result.signal ? ` (signal ${result.signal})` : ''}: ${result.stderr.trim()}`);
+    const err = new Error(
+      `${what} exited with ${result.exitCode}${result.signal ? ` (signal ${result.signal})` : ''}: ${result.stderr.trim()}`,
+    );
     throw Object.assign(err, { code: 'ERR_IPTABLES_RESTORE' });
   }
 }
@@ -137,7 +139,8 @@ export class IptablesHostRules {
     const steps = this.#families.map((family) => execStep([family === 4 ? 'iptables-save' : 'ip6tables-save', '-t', 'nat']));
     const results = (await this.addon.run(ns, steps)) as ExecResult[];
     return results.map((r, i) => {
-      if (r.exitCode !== 0) throw new Error(`${this.#families[i] === 4 ? 'iptables' : 'ip6tables'}-save -t nat exited with ${r.exitCode}: ${r.stderr.trim()}`);
+      if (r.exitCode !== 0)
+        throw new Error(`${this.#families[i] === 4 ? 'iptables' : 'ip6tables'}-save -t nat exited with ${r.exitCode}: ${r.stderr.trim()}`);
       return parseHostNatState(r.stdout);
     });
   }
@@ -147,6 +150,9 @@ export class IptablesHostRules {
       const jumps = states[i]!.postrouting.filter((args) => sameRule(args, JUMP_ARGS)).length;
       return hostIptablesDeleteCommands(this.#model, family, Math.max(0, jumps - 1));
     });
-    await this.addon.run(ns, commands.map((argv) => execStep(argv)));
+    await this.addon.run(
+      ns,
+      commands.map((argv) => execStep(argv)),
+    );
   }
 }

@@ -24,7 +24,9 @@ function saveSteps(ipv6: boolean): Step[] {
 
 function checkExit(result: ExecResult, what: string): void {
   if (result.exitCode !== 0) {
-    const err = new Error(`${what} exited with ${result.exitCode}${result.signal ? ` (signal ${result.signal})` : ''}: ${result.stderr.trim()}`);
+    const err = new Error(
+      `${what} exited with ${result.exitCode}${result.signal ? ` (signal ${result.signal})` : ''}: ${result.stderr.trim()}`,
+    );
     throw Object.assign(err, { code: 'ERR_IPTABLES_RESTORE' });
   }
 }
@@ -120,6 +122,9 @@ export class IptablesInpodRules implements InpodRuleManager {
   /** Best effort, as Istio: each command may fail because its target is already gone. */
   async #deleteRules(ns: NetnsHandle): Promise<void> {
     const commands = inpodIptablesDeleteCommands(this.settings.ipv6);
-    await this.addon.run(ns, commands.map((argv): Step => ({ op: 'exec', argv, timeoutMs: EXEC_TIMEOUT_MS })));
+    await this.addon.run(
+      ns,
+      commands.map((argv): Step => ({ op: 'exec', argv, timeoutMs: EXEC_TIMEOUT_MS })),
+    );
   }
 }

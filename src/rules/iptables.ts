@@ -148,9 +148,7 @@ function chainDeclarations(rules: readonly RestoreRule[]): string[] {
 }
 
 function ruleLine(rule: RestoreRule): string {
-  return rule.insertAt === undefined
-    ? `-A ${rule.chain} ${rule.args}`
-    : `-I ${rule.chain} ${rule.insertAt} ${rule.args}`;
+  return rule.insertAt === undefined ? `-A ${rule.chain} ${rule.args}` : `-I ${rule.chain} ${rule.insertAt} ${rule.args}`;
 }
 
 /** Tables sorted by name, empty ones left out, each closed by COMMIT. */
@@ -212,9 +210,7 @@ export function hostIptablesDeleteCommands(hostModel: HostModel, family: IpFamil
 export function inpodIptablesDeleteCommands(ipv6: boolean): string[][] {
   const binaries = ipv6 ? ['iptables', 'ip6tables'] : ['iptables'];
   return binaries.flatMap((binary) => [
-    ...INPOD_JUMPS.map(({ table, chain }) => [
-      binary, '-t', table, '-D', HOOK_CHAINS[chain], '-j', AGENT_CHAINS[chain],
-    ]),
+    ...INPOD_JUMPS.map(({ table, chain }) => [binary, '-t', table, '-D', HOOK_CHAINS[chain], '-j', AGENT_CHAINS[chain]]),
     ...agentChainsInDeleteOrder().map(({ table, chain }) => [binary, '-t', table, '-F', chain]),
     ...agentChainsInDeleteOrder().map(({ table, chain }) => [binary, '-t', table, '-X', chain]),
   ]);

@@ -53,12 +53,7 @@ export class RuleOperationError extends Error {
   }
 }
 
-export async function wrapRuleError<T>(
-  operation: RuleOperation,
-  ns: NetnsHandle,
-  backend: Backend,
-  work: () => Promise<T>,
-): Promise<T> {
+export async function wrapRuleError<T>(operation: RuleOperation, ns: NetnsHandle, backend: Backend, work: () => Promise<T>): Promise<T> {
   try {
     return await work();
   } catch (err) {

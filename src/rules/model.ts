@@ -11,12 +11,7 @@ import {
   ZTUNNEL_INBOUND_PLAINTEXT_PORT,
   ZTUNNEL_OUTBOUND_PORT,
 } from './constants.js';
-import {
-  assertValidSettings,
-  interfaceNameProblem,
-  type PodOverrides,
-  type RuleSettings,
-} from './settings.js';
+import { assertValidSettings, interfaceNameProblem, type PodOverrides, type RuleSettings } from './settings.js';
 
 export type InpodTable = 'nat' | 'mangle' | 'raw';
 /** The agent's own chains: ISTIO_PRERT/ISTIO_OUTPUT, or istio-prerouting/istio-output in nft. */
@@ -202,8 +197,7 @@ export function buildInpodModel(settings: RuleSettings, overrides: PodOverrides)
   const families: readonly IpFamily[] = settings.ipv6 ? [4, 6] : [4];
   const dns = dnsCaptureEnabled(settings, overrides);
   const inbound = !overrides.ingressMode;
-  const snat = (family: IpFamily): string =>
-    family === 4 ? settings.hostProbeSnatIpv4 : settings.hostProbeSnatIpv6;
+  const snat = (family: IpFamily): string => (family === 4 ? settings.hostProbeSnatIpv4 : settings.hostProbeSnatIpv6);
 
   const rules: InpodRule[] = [];
   for (const jump of INPOD_JUMPS) {
@@ -211,7 +205,14 @@ export function buildInpodModel(settings: RuleSettings, overrides: PodOverrides)
     rules.push({ kind: 'jump', family: 'any', table: jump.table, chain: jump.chain });
   }
   for (const iface of overrides.virtualInterfaces) {
-    rules.push({ kind: 'virtualInterfaceRedirect', family: 'any', table: 'nat', chain: 'prerouting', iface, toPort: ZTUNNEL_OUTBOUND_PORT });
+    rules.push({
+      kind: 'virtualInterfaceRedirect',
+      family: 'any',
+      table: 'nat',
+      chain: 'prerouting',
+      iface,
+      toPort: ZTUNNEL_OUTBOUND_PORT,
+    });
     rules.push({ kind: 'virtualInterfaceReturn', family: 'any', table: 'nat', chain: 'prerouting', iface });
   }
   // Kept in ingress mode too: without it replies to ztunnel-accepted connections are lost (istio#58546).
@@ -227,8 +228,12 @@ export function buildInpodModel(settings: RuleSettings, overrides: PodOverrides)
   if (inbound) {
     for (const family of families) {
       rules.push({
-        kind: 'redirectInbound', family, table: 'nat', chain: 'prerouting',
-        toPort: ZTUNNEL_INBOUND_PLAINTEXT_PORT, exceptDestinationPort: ZTUNNEL_INBOUND_HBONE_PORT,
+        kind: 'redirectInbound',
+        family,
+        table: 'nat',
+        chain: 'prerouting',
+        toPort: ZTUNNEL_INBOUND_PLAINTEXT_PORT,
+        exceptDestinationPort: ZTUNNEL_INBOUND_HBONE_PORT,
       });
     }
   }
@@ -254,9 +259,7 @@ export function buildInpodModel(settings: RuleSettings, overrides: PodOverrides)
 /** Host-netns probe SNAT rules (docs/istio-behaviours.md §3): IPv4, and IPv6 when enabled. */
 export function buildHostModel(settings: RuleSettings): HostModel {
   assertValidSettings(settings);
-  const rules: HostRule[] = [
-    { kind: 'probeSnat', family: 4, probeSet: PROBE_SET_V4, snatAddress: settings.hostProbeSnatIpv4 },
-  ];
+  const rules: HostRule[] = [{ kind: 'probeSnat', family: 4, probeSet: PROBE_SET_V4, snatAddress: settings.hostProbeSnatIpv4 }];
   if (settings.ipv6) {
     rules.push({ kind: 'probeSnat', family: 6, probeSet: PROBE_SET_V6, snatAddress: settings.hostProbeSnatIpv6 });
   }
@@ -275,9 +278,7 @@ export function chainsUsed(model: InpodModel, table: InpodTable): InpodChain[] {
 
 /** Hook chains (PREROUTING/OUTPUT, nft base chains) of a table that hold a jump. */
 export function hooksUsed(model: InpodModel, table: InpodTable): InpodChain[] {
-  return INPOD_CHAINS.filter((chain) =>
-    model.some((rule) => rule.kind === 'jump' && rule.table === table && rule.chain === chain),
-  );
+  return INPOD_CHAINS.filter((chain) => model.some((rule) => rule.kind === 'jump' && rule.table === table && rule.chain === chain));
 }
 
 /** Families with address-specific rules; 'any' rules follow whichever families exist. */

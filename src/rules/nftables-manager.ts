@@ -80,7 +80,13 @@ export class NftablesInpodRules implements InpodRuleManager {
         if (sent.fallback) this.batchFallbacks++;
         return stampOf(sent.generationBefore, sent.generation);
       }
-      const [, before, , after] = await this.addon.run(ns, [LOOPBACK_UP_STEP, GENERATION, { op: 'nft', script }, GENERATION, ...routing] as const);
+      const [, before, , after] = await this.addon.run(ns, [
+        LOOPBACK_UP_STEP,
+        GENERATION,
+        { op: 'nft', script },
+        GENERATION,
+        ...routing,
+      ] as const);
       return stampOf(before.generation, after.generation);
     });
   }
@@ -102,7 +108,12 @@ export class NftablesInpodRules implements InpodRuleManager {
         }
       }
       const expected = await this.#canonical.get(this.script(overrides));
-      const [before, listed, after, ...routing] = await this.addon.run(ns, [GENERATION, LIST_RULESET_STEP, GENERATION, ...routingListSteps(this.settings.ipv6)]);
+      const [before, listed, after, ...routing] = await this.addon.run(ns, [
+        GENERATION,
+        LIST_RULESET_STEP,
+        GENERATION,
+        ...routingListSteps(this.settings.ipv6),
+      ]);
       const text = (listed as { output: string }).output;
       // The common case (a restart with 100+ pods): the very same text, nothing to parse.
       const tables = text === expected.text ? driftReport([], []) : diffRulesets(expected.parsed, parseNftListing(text, isAmbientTable));
@@ -124,7 +135,7 @@ function withStamp(report: DriftReport, nftGeneration: number): VerifyResult {
  * after it is exactly ours, and an unchanged generation later means unchanged rules.
  */
 function stampOf(before: number, after: number): RulesStamp | undefined {
-  return after === ((before + 1) >>> 0) ? { nftGeneration: after } : undefined;
+  return after === (before + 1) >>> 0 ? { nftGeneration: after } : undefined;
 }
 
 /** Everything of the overrides that the model reads, as one string. */

@@ -185,10 +185,7 @@ export function inpodNftablesDeleteStep(): DeleteNftTablesStep {
 
 export function renderInpodNftablesDelete(): string {
   return transaction(
-    INPOD_TABLES.flatMap((table) => [
-      `add table ${NFT_FAMILY} ${TABLE_NAMES[table]}`,
-      `delete table ${NFT_FAMILY} ${TABLE_NAMES[table]}`,
-    ]),
+    INPOD_TABLES.flatMap((table) => [`add table ${NFT_FAMILY} ${TABLE_NAMES[table]}`, `delete table ${NFT_FAMILY} ${TABLE_NAMES[table]}`]),
   );
 }
 

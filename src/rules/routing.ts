@@ -1,7 +1,16 @@
 // The policy-routing half of in-pod redirection: `ip rule add fwmark 0x111/0xfff pref 32764
 // lookup 100` and `ip route replace local 0.0.0.0/0 dev lo table 100` (and the IPv6 pair), so
 // that replies whose connmark was restored reach ztunnel's transparent sockets locally.
-import type { FwmarkRuleSpec, LocalRouteSpec, Family, Step, RouteEntry, FwmarkRuleEntry, RoutingChange, RoutingStep } from '../addon/steps.js';
+import type {
+  FwmarkRuleSpec,
+  LocalRouteSpec,
+  Family,
+  Step,
+  RouteEntry,
+  FwmarkRuleEntry,
+  RoutingChange,
+  RoutingStep,
+} from '../addon/steps.js';
 import { RTN_LOCAL } from '../addon/steps.js';
 import { IP_RULE_PRIORITY, INPOD_TPROXY_MARK, INPOD_TPROXY_MASK, LOOPBACK_INTERFACE, ROUTE_TABLE_INBOUND } from './constants.js';
 import { driftReport, type DriftItem, type DriftReport } from './drift.js';

@@ -74,9 +74,19 @@ function canonicalIpv6(address: string): string {
 /** Go's strconv.ParseBool: exactly these spellings, anything else is an error. */
 export function parseGoBool(value: string): boolean | undefined {
   switch (value) {
-    case '1': case 't': case 'T': case 'TRUE': case 'true': case 'True':
+    case '1':
+    case 't':
+    case 'T':
+    case 'TRUE':
+    case 'true':
+    case 'True':
       return true;
-    case '0': case 'f': case 'F': case 'FALSE': case 'false': case 'False':
+    case '0':
+    case 'f':
+    case 'F':
+    case 'FALSE':
+    case 'false':
+    case 'False':
       return false;
     default:
       return undefined;
@@ -124,9 +134,10 @@ function quoted(value: string): string {
  * dropped on its own, the valid ones still apply; duplicates count once, and names past
  * MAX_VIRTUAL_INTERFACES are dropped with a warning. Nothing dropped reaches rule text.
  */
-export function podOverridesFromAnnotations(
-  annotations: Record<string, string | undefined>,
-): { overrides: PodOverrides; warnings: string[] } {
+export function podOverridesFromAnnotations(annotations: Record<string, string | undefined>): {
+  overrides: PodOverrides;
+  warnings: string[];
+} {
   const warnings: string[] = [];
   const ingressMode = readBoolAnnotation(annotations, ANNOTATION_BYPASS_INBOUND_CAPTURE, warnings) ?? false;
   const dnsFlag = readBoolAnnotation(annotations, ANNOTATION_DNS_CAPTURE, warnings);
@@ -135,11 +146,7 @@ export function podOverridesFromAnnotations(
   return { overrides: { ingressMode, dnsProxy, virtualInterfaces }, warnings };
 }
 
-function readBoolAnnotation(
-  annotations: Record<string, string | undefined>,
-  key: string,
-  warnings: string[],
-): boolean | undefined {
+function readBoolAnnotation(annotations: Record<string, string | undefined>, key: string, warnings: string[]): boolean | undefined {
   const raw: unknown = annotations[key];
   if (raw === undefined) return undefined;
   const parsed = typeof raw === 'string' ? parseGoBool(raw) : undefined;
@@ -178,7 +185,9 @@ function readInterfaceList(raw: unknown, warnings: string[]): string[] {
     names.push(name);
   }
   if (invalid > MAX_WARNED_NAMES) {
-    warnings.push(`annotation ${ANNOTATION_REROUTE_VIRTUAL_INTERFACES}: ${invalid - MAX_WARNED_NAMES} more invalid interface names ignored`);
+    warnings.push(
+      `annotation ${ANNOTATION_REROUTE_VIRTUAL_INTERFACES}: ${invalid - MAX_WARNED_NAMES} more invalid interface names ignored`,
+    );
   }
   if (overLimit > 0) {
     warnings.push(

@@ -52,7 +52,11 @@ export interface RestoreSummary {
 
 /** The pod's state file could not be written (ENOSPC, EROFS...): the ADD fails. */
 class StateWriteError extends Error {
-  constructor(message: string, readonly wasStored: boolean, options?: ErrorOptions) {
+  constructor(
+    message: string,
+    readonly wasStored: boolean,
+    options?: ErrorOptions,
+  ) {
     super(message, options);
   }
 }
@@ -182,9 +186,11 @@ export class PodEnroller {
       }
       const netns = this.deps.registry.netnsOf(uid);
       if (netns && !netns.closed) {
-        await this.deps.rules.remove(netns).catch((err: unknown) =>
-          this.#log.warn({ uid, err: (err as Error).message }, 'could not remove in-pod rules; the sandbox is going away'),
-        );
+        await this.deps.rules
+          .remove(netns)
+          .catch((err: unknown) =>
+            this.#log.warn({ uid, err: (err as Error).message }, 'could not remove in-pod rules; the sandbox is going away'),
+          );
       }
       await this.deps.registry.delete(uid);
       this.deps.store.remove(uid);
@@ -209,7 +215,10 @@ export class PodEnroller {
     // A pod whose ADD is still running may be missing from a list the runtime made just before.
     const stale = this.deps.store.list().filter((p) => p.containerId && !validContainerIds.has(p.containerId) && !this.#queue.busy(p.uid));
     for (const pod of stale) {
-      this.#log.info({ pod: `${pod.namespace}/${pod.name}`, uid: pod.uid, containerId: pod.containerId }, 'CNI GC: the runtime no longer has this attachment; removing the pod');
+      this.#log.info(
+        { pod: `${pod.namespace}/${pod.name}`, uid: pod.uid, containerId: pod.containerId },
+        'CNI GC: the runtime no longer has this attachment; removing the pod',
+      );
       await this.remove(pod.uid);
     }
   }

@@ -31,8 +31,15 @@ export class StandaloneMode implements AgentMode {
   async prepare(): Promise<void> {
     // A failed write (disk full, read-only run dir) must not stop the agent: the previous file
     // stays (atomic replace), and an agent that does not start serves no pod at all.
-    await writeEnablementSnapshot(this.deps.config.runDir, { allNamespaces: true, namespaces: [], excludedNamespaces: this.deps.config.excludeNamespaces }).catch(
-      (err: unknown) => this.deps.log.error({ err: (err as Error).message }, 'could not write the enablement snapshot file; the plugin keeps the previous one'),
+    await writeEnablementSnapshot(this.deps.config.runDir, {
+      allNamespaces: true,
+      namespaces: [],
+      excludedNamespaces: this.deps.config.excludeNamespaces,
+    }).catch((err: unknown) =>
+      this.deps.log.error(
+        { err: (err as Error).message },
+        'could not write the enablement snapshot file; the plugin keeps the previous one',
+      ),
     );
     const summary = this.enroller.reopen();
     this.deps.log.info(summary, 'enrolled pods reopened from the state files');

@@ -88,7 +88,8 @@ function checkEnrolledPod(raw: unknown): EnrolledPod {
   }
   if (p['uid'] === '' || p['netnsPath'] === '') throw new Error('uid and netnsPath must not be empty');
   const uid = p['uid'] as string;
-  if (uid.length > MAX_UID_LENGTH || hasControl(uid)) throw new Error(`uid must be at most ${MAX_UID_LENGTH} characters without control characters`);
+  if (uid.length > MAX_UID_LENGTH || hasControl(uid))
+    throw new Error(`uid must be at most ${MAX_UID_LENGTH} characters without control characters`);
   if (!isDnsSubdomain(p['name'] as string)) throw new Error('name is not a Kubernetes pod name');
   if (!isDnsLabel(p['namespace'] as string)) throw new Error('namespace is not a Kubernetes namespace name');
   if (!isDnsSubdomain(p['serviceAccount'] as string)) throw new Error('serviceAccount is not a Kubernetes service account name');
@@ -98,7 +99,8 @@ function checkEnrolledPod(raw: unknown): EnrolledPod {
   if (containerId !== '' && !isCniIdentifier(containerId, MAX_CONTAINER_ID_BYTES)) throw new Error('containerId is not a container ID');
   if (!isCount(p['netnsIno']) || !isCount(p['netnsDev'])) throw new Error('netnsIno and netnsDev must be non-negative integers');
   const generation = p['nftGeneration'];
-  if (generation !== undefined && (!isCount(generation) || generation > 0xffffffff)) throw new Error('nftGeneration must be a 32-bit unsigned integer');
+  if (generation !== undefined && (!isCount(generation) || generation > 0xffffffff))
+    throw new Error('nftGeneration must be a 32-bit unsigned integer');
   if (!Array.isArray(p['ips']) || !p['ips'].every(isString)) throw new Error('ips must be an array of strings');
   if (p['ips'].length > MAX_IPS || !p['ips'].every(isPlainIp)) throw new Error(`ips must be at most ${MAX_IPS} IP addresses`);
   return {

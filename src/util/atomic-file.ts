@@ -99,7 +99,7 @@ export function atomicWriteFileSync(path: string, data: string, mode: number): v
     try {
       const bytes = Buffer.from(data, 'utf8');
       // A short write (the disk filled up mid-way) must not be renamed over the good copy.
-      for (let done = 0; done < bytes.length; ) done += writeSync(fd, bytes, done);
+      for (let done = 0; done < bytes.length;) done += writeSync(fd, bytes, done);
     } finally {
       closeSync(fd);
     }

@@ -134,7 +134,11 @@ function encode(v: GoValue, indent: string): string {
     return '[\n' + v.map((x) => inner + encode(x, inner)).join(',\n') + '\n' + indent + ']';
   }
   const entries: Array<readonly [string, GoValue]> =
-    v instanceof GoStruct ? [...v.fields] : Object.keys(v).sort(compareGoStrings).map((k) => [k, (v as Record<string, GoValue>)[k] as GoValue] as const);
+    v instanceof GoStruct
+      ? [...v.fields]
+      : Object.keys(v)
+          .sort(compareGoStrings)
+          .map((k) => [k, (v as Record<string, GoValue>)[k] as GoValue] as const);
   if (entries.length === 0) return '{}';
   return '{\n' + entries.map(([k, x]) => inner + quoteGoString(k) + ': ' + encode(x, inner)).join(',\n') + '\n' + indent + '}';
 }

@@ -40,9 +40,7 @@ export function requestKind(req: WorkloadRequest): RequestKind {
 
 /** proto3 omits empty strings; protobufjs writes any field that is present, so drop them. */
 function withoutDefaults<T extends object>(value: T): Partial<T> {
-  return Object.fromEntries(
-    Object.entries(value).filter(([, v]) => v !== '' && v !== undefined && v !== null),
-  ) as Partial<T>;
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== '' && v !== undefined && v !== null)) as Partial<T>;
 }
 
 function wireShape(req: WorkloadRequest): Record<string, unknown> {
@@ -77,9 +75,14 @@ function assertUnicode(value: unknown, path: string): void {
 export function encodeRequest(req: WorkloadRequest): Uint8Array {
   assertUnicode(req, 'WorkloadRequest');
   const bytes = types.request.encode(types.request.fromObject(wireShape(req))).finish();
-  if (bytes.length === 0) throw new ZdsError('ZDS_INVALID_MESSAGE', 'refusing to send an empty ZDS datagram (ztunnel reads it as EOF)', false);
+  if (bytes.length === 0)
+    throw new ZdsError('ZDS_INVALID_MESSAGE', 'refusing to send an empty ZDS datagram (ztunnel reads it as EOF)', false);
   if (bytes.length > MAX_DATAGRAM_BYTES) {
-    throw new ZdsError('ZDS_MESSAGE_TOO_LARGE', `ZDS ${requestKind(req)} message is ${bytes.length} bytes; ztunnel reads at most ${MAX_DATAGRAM_BYTES}`, false);
+    throw new ZdsError(
+      'ZDS_MESSAGE_TOO_LARGE',
+      `ZDS ${requestKind(req)} message is ${bytes.length} bytes; ztunnel reads at most ${MAX_DATAGRAM_BYTES}`,
+      false,
+    );
   }
   return bytes;
 }
@@ -135,7 +138,11 @@ function validate(type: protobuf.Type, bytes: Uint8Array): Map<string, string> {
   return lastOneof;
 }
 
-function decodeStrict(type: protobuf.Type, bytes: Uint8Array, what: string): { message: Record<string, unknown>; oneofs: Map<string, string> } {
+function decodeStrict(
+  type: protobuf.Type,
+  bytes: Uint8Array,
+  what: string,
+): { message: Record<string, unknown>; oneofs: Map<string, string> } {
   try {
     const oneofs = validate(type, bytes);
     const message = type.toObject(type.decode(bytes), { defaults: false }) as Record<string, unknown>;
@@ -169,7 +176,12 @@ export function decodeRequest(bytes: Uint8Array): WorkloadRequest | undefined {
       const info = body['workloadInfo'] as Partial<WorkloadInfo> | undefined;
       const add = { uid: (body['uid'] as string | undefined) ?? '' };
       return info
-        ? { add: { ...add, workloadInfo: { name: info.name ?? '', namespace: info.namespace ?? '', serviceAccount: info.serviceAccount ?? '' } } }
+        ? {
+            add: {
+              ...add,
+              workloadInfo: { name: info.name ?? '', namespace: info.namespace ?? '', serviceAccount: info.serviceAccount ?? '' },
+            },
+          }
         : { add };
     }
     case 'del':

@@ -253,7 +253,8 @@ export class ZdsConnection {
     while (this.#expects.length >= MAX_IN_FLIGHT && this.#state !== 'closed') {
       await new Promise<void>((resolve) => this.#slotWaiters.push(resolve));
     }
-    if (this.#state === 'closed') throw new ZdsError('ZDS_CONNECTION_CLOSED', `ztunnel connection ${this.id} is closed: ${this.#closeReason}`, true);
+    if (this.#state === 'closed')
+      throw new ZdsError('ZDS_CONNECTION_CLOSED', `ztunnel connection ${this.id} is closed: ${this.#closeReason}`, true);
     const { req, netns } = outgoing();
     this.#check(req, netns);
     const bytes = encodeRequest(req);
@@ -264,7 +265,9 @@ export class ZdsConnection {
     } catch (err) {
       ack.catch(() => {});
       this.close(`write failed: ${(err as Error).message}`);
-      throw new ZdsError('ZDS_WRITE_TIMEOUT', `sending ${requestKind(req)} to ztunnel failed: ${(err as Error).message}`, true, { cause: err });
+      throw new ZdsError('ZDS_WRITE_TIMEOUT', `sending ${requestKind(req)} to ztunnel failed: ${(err as Error).message}`, true, {
+        cause: err,
+      });
     }
     this.requestsSent++;
     return { req, ack, started: process.hrtime.bigint() };
@@ -282,7 +285,9 @@ export class ZdsConnection {
       return error;
     } catch (err) {
       this.close(`protocol error: ${(err as Error).message}`);
-      throw new ZdsError('ZDS_PROTOCOL', `ztunnel answered ${requestKind(req)} with garbage: ${(err as Error).message}`, true, { cause: err });
+      throw new ZdsError('ZDS_PROTOCOL', `ztunnel answered ${requestKind(req)} with garbage: ${(err as Error).message}`, true, {
+        cause: err,
+      });
     }
   }
 

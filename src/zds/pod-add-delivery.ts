@@ -88,6 +88,14 @@ function isConnectionLost(err: unknown): boolean {
 
 function waitExpired(uid: string, ms: number, connected: boolean): ZdsError {
   return connected
-    ? new ZdsError('ZDS_ACK_TIMEOUT', `ztunnel reconnected but did not acknowledge pod ${uid} within ${ms} ms; the pod stays registered for its snapshot`, true)
-    : new ZdsError('ZDS_NO_CONNECTION', `no ztunnel connection (waited ${ms} ms for one; the pod stays registered for the next snapshot)`, true);
+    ? new ZdsError(
+        'ZDS_ACK_TIMEOUT',
+        `ztunnel reconnected but did not acknowledge pod ${uid} within ${ms} ms; the pod stays registered for its snapshot`,
+        true,
+      )
+    : new ZdsError(
+        'ZDS_NO_CONNECTION',
+        `no ztunnel connection (waited ${ms} ms for one; the pod stays registered for the next snapshot)`,
+        true,
+      );
 }

@@ -126,7 +126,8 @@ export class ZdsServer implements ZdsSink {
   async podDeleted(uid: string): Promise<void> {
     const results = await Promise.allSettled(this.#connections.map((c) => c.request({ del: { uid } })));
     for (const r of results) {
-      if (r.status === 'rejected') this.#log.warn({ uid, err: (r.reason as Error).message }, 'ztunnel delete not acknowledged; its next snapshot will drop the pod');
+      if (r.status === 'rejected')
+        this.#log.warn({ uid, err: (r.reason as Error).message }, 'ztunnel delete not acknowledged; its next snapshot will drop the pod');
     }
   }
 
@@ -159,4 +160,3 @@ export class ZdsServer implements ZdsSink {
     });
   }
 }
-

@@ -89,7 +89,10 @@ export class ZtunnelGaps {
     // Before the first connection there was no ztunnel to lose: only worth a line when adds waited.
     if (gap.lostAt === undefined && gap.waited === 0) return;
     const enrolled = gap.waited - gap.failed;
-    const outcome = gap.waited === 0 ? 'no pod waited' : `${gap.waited} ${gap.waited === 1 ? 'pod' : 'pods'} waited, ${gap.failed === 0 ? 'all enrolled' : `${enrolled} enrolled, ${gap.failed} failed closed`}`;
+    const outcome =
+      gap.waited === 0
+        ? 'no pod waited'
+        : `${gap.waited} ${gap.waited === 1 ? 'pod' : 'pods'} waited, ${gap.failed === 0 ? 'all enrolled' : `${enrolled} enrolled, ${gap.failed} failed closed`}`;
     const goneMs = gap.lostAt === undefined ? undefined : msBetween(gap.lostAt, gap.endedAt);
     const line = gap.handedOver
       ? `ztunnel connection lost with adds in flight, an older connection took them: ${outcome}`

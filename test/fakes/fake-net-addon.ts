@@ -38,7 +38,19 @@ export interface RecordedRun {
 type Failure = (step: Step, target: string) => Error | undefined;
 
 function newNamespace(ino: number): FakeNamespace {
-  return { ino, nftScripts: [], nftGeneration: 1, listing: '', rules: [], routes: [], loUp: true, loIpv6Enabled: true, addresses: [], exec: new Map(), ipsets: new Map() };
+  return {
+    ino,
+    nftScripts: [],
+    nftGeneration: 1,
+    listing: '',
+    rules: [],
+    routes: [],
+    loUp: true,
+    loIpv6Enabled: true,
+    addresses: [],
+    exec: new Map(),
+    ipsets: new Map(),
+  };
 }
 
 export class FakeNetAddon implements NetAddon {
@@ -81,7 +93,16 @@ export class FakeNetAddon implements NetAddon {
       closed = true;
       if (this.options.realFds) closeSync(fd);
     };
-    return { fd, ino: ns.ino, dev: 4, path, close, get closed() { return closed; } };
+    return {
+      fd,
+      ino: ns.ino,
+      dev: 4,
+      path,
+      close,
+      get closed() {
+        return closed;
+      },
+    };
   }
 
   async run<const S extends readonly Step[]>(target: NetnsTarget, steps: S): Promise<ResultsOf<S>> {
@@ -111,7 +132,9 @@ export class FakeNetAddon implements NetAddon {
     const list = this.watches.get(ns.path) ?? [];
     const watch: NetnsWatch = {
       fds: opts.kinds.map(() => this.#nextFd++),
-      get closed() { return closed; },
+      get closed() {
+        return closed;
+      },
       close: () => {
         if (closed) return;
         closed = true;
@@ -195,7 +218,14 @@ export class FakeNetAddon implements NetAddon {
         // As the kernel: an IPv6 route needs its device up (IPv4 host-scope routes do not).
         if (step.family === 6 && !ns.loUp) throw systemError('ENETDOWN', -100, 'RTM_NEWROUTE', 'ENETDOWN: network is down, RTM_NEWROUTE');
         ns.routes = ns.routes.filter((r) => r.family !== step.family || r.table !== step.table);
-        ns.routes.push({ family: step.family, dst: step.family === 6 ? '::' : '0.0.0.0', dstLen: 0, type: 2, dev: step.dev, table: step.table });
+        ns.routes.push({
+          family: step.family,
+          dst: step.family === 6 ? '::' : '0.0.0.0',
+          dstLen: 0,
+          type: 2,
+          dev: step.dev,
+          table: step.table,
+        });
         return { op: step.op, changed: true, skipped: false };
       }
       case 'deleteLocalRoute': {
@@ -234,7 +264,15 @@ export class FakeNetAddon implements NetAddon {
       case 'ipsetList': {
         const set = ns.ipsets.get(step.name);
         const entries = [...(set?.entries ?? new Map<string, string>())].map(([ip, comment]) => ({ ip, comment }));
-        return { op: step.op, exists: Boolean(set), typeName: set ? 'hash:ip' : '', family: set?.family ?? 4, revision: set ? 2 : 0, comments: Boolean(set), entries };
+        return {
+          op: step.op,
+          exists: Boolean(set),
+          typeName: set ? 'hash:ip' : '',
+          family: set?.family ?? 4,
+          revision: set ? 2 : 0,
+          comments: Boolean(set),
+          entries,
+        };
       }
       case 'ipsetFlush':
       case 'ipsetAdd':

@@ -36,10 +36,20 @@ await Promise.all(
     for (const command of job.commands) {
       const t = process.hrtime.bigint();
       try {
-        const result = command === 'ADD' ? await runtime.add(job.pod) : command === 'DEL' ? await runtime.del(job.pod) : await runtime.check(job.pod);
+        const result =
+          command === 'ADD' ? await runtime.add(job.pod) : command === 'DEL' ? await runtime.del(job.pod) : await runtime.check(job.pod);
         emit({ id: job.id, command, ok: true, ms: elapsed(t), result: result ?? null });
       } catch (err) {
-        emit({ id: job.id, command, ok: false, ms: elapsed(t), code: err.code ?? null, msg: err.msg ?? null, details: err.details ?? null, error: String(err.message).split('\n')[0] });
+        emit({
+          id: job.id,
+          command,
+          ok: false,
+          ms: elapsed(t),
+          code: err.code ?? null,
+          msg: err.msg ?? null,
+          details: err.details ?? null,
+          error: String(err.message).split('\n')[0],
+        });
       }
     }
   }),

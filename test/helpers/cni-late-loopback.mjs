@@ -5,12 +5,15 @@
 import { readFileSync } from 'node:fs';
 
 const command = process.env.CNI_COMMAND ?? '';
-let conf = {};
-try {
-  conf = JSON.parse(readFileSync(0, 'utf8') || '{}');
-} catch {
-  conf = {};
+/** The network config on stdin; anything unreadable counts as empty (the plugin never fails). */
+function readConf() {
+  try {
+    return JSON.parse(readFileSync(0, 'utf8') || '{}');
+  } catch {
+    return {};
+  }
 }
+const conf = readConf();
 const cniVersion = typeof conf.cniVersion === 'string' ? conf.cniVersion : '1.0.0';
 if (command === 'VERSION') {
   process.stdout.write(JSON.stringify({ cniVersion, supportedVersions: ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] }));

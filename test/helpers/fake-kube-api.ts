@@ -459,7 +459,15 @@ export class FakeKubeApi {
       res.end(
         JSON.stringify({
           type: 'ERROR',
-          object: { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', reason: 'Expired', code: 410, message: `too old resource version: ${since} (${this.#compactedRv})` },
+          object: {
+            kind: 'Status',
+            apiVersion: 'v1',
+            metadata: {},
+            status: 'Failure',
+            reason: 'Expired',
+            code: 410,
+            message: `too old resource version: ${since} (${this.#compactedRv})`,
+          },
         }) + '\n',
       );
       return;
@@ -471,10 +479,15 @@ export class FakeKubeApi {
       const current = [...this.#store.get(route.resource)!.values()].sort((a, b) => rvOf(a) - rvOf(b));
       for (const o of current) if (inScope(o, w.namespace) && matches(o, w.selectors)) this.#send(w, { type: 'ADDED', object: o });
     } else {
-      for (const entry of this.#history) if (entry.resource === route.resource && entry.rv > Number(since)) this.#send(w, eventFor(w, entry));
+      for (const entry of this.#history)
+        if (entry.resource === route.resource && entry.rv > Number(since)) this.#send(w, eventFor(w, entry));
     }
     if (record.query['allowWatchBookmarks'] === 'true') {
-      const bookmark = (): void => this.#send(w, { type: 'BOOKMARK', object: { kind: info.kind, apiVersion: info.apiVersion, metadata: { resourceVersion: String(this.#rv) } } });
+      const bookmark = (): void =>
+        this.#send(w, {
+          type: 'BOOKMARK',
+          object: { kind: info.kind, apiVersion: info.apiVersion, metadata: { resourceVersion: String(this.#rv) } },
+        });
       w.timers.push(setInterval(bookmark, this.#bookmarkIntervalMs));
     }
     const timeout = Number(record.query['timeoutSeconds']);
@@ -508,7 +521,15 @@ export class FakeKubeApi {
     const namespace = route.namespace!;
     const name = route.name!;
     const mediaType = contentType.split(';')[0]!.trim();
-    const patch: RecordedPatch = { namespace, name, subresource: route.subresource, contentType, body: undefined, status: 200, changed: false };
+    const patch: RecordedPatch = {
+      namespace,
+      name,
+      subresource: route.subresource,
+      contentType,
+      body: undefined,
+      status: 200,
+      changed: false,
+    };
     this.patches.push(patch);
     const fail = (err: HttpError): never => {
       patch.status = err.status;
@@ -522,7 +543,14 @@ export class FakeKubeApi {
     }
     // Istio sends merge patches only (docs/istio-behaviours.md §1.2); anything else is refused here so
     // that a client still sending the library's default (json-patch) fails loudly in tests.
-    if (mediaType !== 'application/merge-patch+json') fail(new HttpError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: application/merge-patch+json (got ${mediaType || 'none'})`));
+    if (mediaType !== 'application/merge-patch+json')
+      fail(
+        new HttpError(
+          415,
+          'UnsupportedMediaType',
+          `the body of the request was in an unknown format - accepted media types include: application/merge-patch+json (got ${mediaType || 'none'})`,
+        ),
+      );
     if (!isPlainObject(patch.body)) fail(new HttpError(400, 'BadRequest', 'a merge patch must be a JSON object'));
     const key = `${namespace}/${name}`;
     const current = this.#store.get('pods')!.get(key);
@@ -642,7 +670,8 @@ function parseRoute(path: string): Route | undefined {
   const core = seg[0] === 'api';
   const valid = (r: string | undefined): r is ResourceName => (core ? r === 'pods' || r === 'namespaces' : r === 'daemonsets');
   // /namespaces and /namespaces/{name} are the Namespace resource itself.
-  if (rest[0] === 'namespaces' && core && rest.length <= 2) return { resource: 'namespaces', namespace: undefined, name: rest[1], subresource: undefined };
+  if (rest[0] === 'namespaces' && core && rest.length <= 2)
+    return { resource: 'namespaces', namespace: undefined, name: rest[1], subresource: undefined };
   if (rest[0] === 'namespaces') {
     const [, namespace, resource, name, subresource, extra] = rest;
     if (!valid(resource) || extra !== undefined) return undefined;

@@ -3,7 +3,15 @@
 // pods open and closes them when the pods go. Behaviour can be bent for failure tests.
 import { fstatSync, readlinkSync } from 'node:fs';
 import { SeqpacketSocket, type Datagram } from '../../src/addon/seqpacket.js';
-import { decodeRequest, encodeHello, encodeResponse, requestKind, type RequestKind, type WorkloadInfo, type WorkloadRequest } from '../../src/zds/codec.js';
+import {
+  decodeRequest,
+  encodeHello,
+  encodeResponse,
+  requestKind,
+  type RequestKind,
+  type WorkloadInfo,
+  type WorkloadRequest,
+} from '../../src/zds/codec.js';
 
 export interface ReceivedMessage {
   kind: RequestKind;
@@ -45,7 +53,10 @@ export class FakeZtunnel {
   #inSnapshot = new Set<string>();
   #waiters: Array<() => void> = [];
 
-  private constructor(socketPath: string, private readonly options: FakeZtunnelOptions) {
+  private constructor(
+    socketPath: string,
+    private readonly options: FakeZtunnelOptions,
+  ) {
     this.#socket = SeqpacketSocket.connect(socketPath);
     this.#socket.handlers = { onDatagram: (d) => this.#onDatagram(d), onError: () => this.#onClosed() };
   }
@@ -64,7 +75,13 @@ export class FakeZtunnel {
   waitFor(predicate: () => boolean, ms = 3000): Promise<void> {
     if (predicate()) return Promise.resolve();
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`fake ztunnel: condition not met within ${ms} ms; got ${JSON.stringify(this.messages.map((m) => [m.kind, m.uid]))}`)), ms);
+      const timer = setTimeout(
+        () =>
+          reject(
+            new Error(`fake ztunnel: condition not met within ${ms} ms; got ${JSON.stringify(this.messages.map((m) => [m.kind, m.uid]))}`),
+          ),
+        ms,
+      );
       const check = (): void => {
         if (!predicate()) return void this.#waiters.push(check);
         clearTimeout(timer);

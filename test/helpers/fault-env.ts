@@ -75,7 +75,16 @@ export function cniRuntime(env: DemoEnvironment, addon: NetAddon, node: NetnsHan
 
 export type DriverLine =
   | { id: string; command: CniCommand; ok: true; ms: number; result: CniResult | null }
-  | { id: string; command: CniCommand; ok: false; ms: number; code: number | null; msg: string | null; details: string | null; error: string };
+  | {
+      id: string;
+      command: CniCommand;
+      ok: false;
+      ms: number;
+      code: number | null;
+      msg: string | null;
+      details: string | null;
+      error: string;
+    };
 
 export interface DriverJob {
   id: string;
@@ -90,7 +99,13 @@ export class CniDriverRun {
   #waiters = new Set<() => void>();
 
   constructor(env: DemoEnvironment, jobs: DriverJob[]) {
-    const input = { distDir: DIST, nodeNetns: demoNodeNetnsPath(env), pluginDirs: [env.binDir, CNI_PLUGIN_DIR], conflist: env.chainedConfig(), jobs };
+    const input = {
+      distDir: DIST,
+      nodeNetns: demoNodeNetnsPath(env),
+      pluginDirs: [env.binDir, CNI_PLUGIN_DIR],
+      conflist: env.chainedConfig(),
+      jobs,
+    };
     const child = spawn(process.execPath, [DRIVER], { stdio: ['pipe', 'pipe', 'pipe'] });
     let buffered = '';
     let stderr = '';
@@ -232,9 +247,16 @@ export async function checkRules(addon: NetAddon, rules: NftablesInpodRules, ns:
     handle.close();
   }
   const listing = execIn(ns.name, ['nft', 'list', 'ruleset']);
-  const tables = Object.fromEntries(ISTIO_TABLES.map((t) => [t, listing.split('\n').filter((l) => l.trim() === `table inet ${t} {`).length]));
+  const tables = Object.fromEntries(
+    ISTIO_TABLES.map((t) => [t, listing.split('\n').filter((l) => l.trim() === `table inet ${t} {`).length]),
+  );
   const fwmark = (text: string): number => text.split('\n').filter((l) => l.includes('fwmark 0x111/0xfff')).length;
-  return { drift, tables, ipRules: { v4: fwmark(ipIn(ns.name, ['-4', 'rule', 'show'])), v6: fwmark(ipIn(ns.name, ['-6', 'rule', 'show'])) }, ruleLines: istioRuleLines(listing) };
+  return {
+    drift,
+    tables,
+    ipRules: { v4: fwmark(ipIn(ns.name, ['-4', 'rule', 'show'])), v6: fwmark(ipIn(ns.name, ['-6', 'rule', 'show'])) },
+    ruleLines: istioRuleLines(listing),
+  };
 }
 
 /** Rules (lines inside chains, not the chain's type/policy line) in the istio tables of an `nft list ruleset`. */
@@ -276,9 +298,10 @@ export function expectedRuleLines(addon: NetAddon): Promise<number> {
 /** No istio table and no fwmark rule left in the namespace. */
 export function hasNoRules(ns: TestNetns): boolean {
   const listing = execIn(ns.name, ['nft', 'list', 'ruleset']);
-  return !ISTIO_TABLES.some((t) => listing.includes(`table inet ${t}`)) && !ipIn(ns.name, ['-4', 'rule', 'show']).includes('fwmark 0x111/0xfff');
+  return (
+    !ISTIO_TABLES.some((t) => listing.includes(`table inet ${t}`)) && !ipIn(ns.name, ['-4', 'rule', 'show']).includes('fwmark 0x111/0xfff')
+  );
 }
-
 
 // ---- our plugin alone ---------------------------------------------------------------------------
 
@@ -328,7 +351,14 @@ export function runOurPlugin(env: DemoEnvironment, command: CniCommand, pod: Cni
       } catch {
         // not a CNI error object
       }
-      resolve({ ok: false, exitCode, stdout, ...(err.code !== undefined ? { code: err.code } : {}), ...(err.msg !== undefined ? { msg: err.msg } : {}), ...(err.details ? { details: err.details } : {}) });
+      resolve({
+        ok: false,
+        exitCode,
+        stdout,
+        ...(err.code !== undefined ? { code: err.code } : {}),
+        ...(err.msg !== undefined ? { msg: err.msg } : {}),
+        ...(err.details ? { details: err.details } : {}),
+      });
     });
     child.stdin.on('error', () => undefined);
     child.stdin.end(JSON.stringify(conf));

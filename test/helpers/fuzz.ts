@@ -53,7 +53,11 @@ export function pluginBaseEnv(): Record<string, string> {
  * exactly `env` (plus pluginBaseEnv()) and `stdin` as raw bytes, so that invalid UTF-8 reaches
  * it unchanged (runPlugin in plugin-exec.ts sends text).
  */
-export function runPluginBytes(env: Record<string, string | undefined>, stdin: Uint8Array, launcher: readonly string[] = []): Promise<RawPluginRun> {
+export function runPluginBytes(
+  env: Record<string, string | undefined>,
+  stdin: Uint8Array,
+  launcher: readonly string[] = [],
+): Promise<RawPluginRun> {
   const binary = requirePluginBinary();
   const childEnv = pluginBaseEnv();
   for (const [k, v] of Object.entries(env)) if (v !== undefined) childEnv[k] = v;

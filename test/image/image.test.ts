@@ -34,7 +34,10 @@ async function podman(args: string[], timeoutMs = 60_000): Promise<string> {
 /** Runs a JavaScript snippet with the image's Node inside the running container. */
 const inContainer = (name: string, script: string): Promise<string> => podman(['exec', name, 'node', '-e', script]);
 const httpGet = (name: string, port: number, path: string): Promise<string> =>
-  inContainer(name, `fetch('http://127.0.0.1:${port}${path}').then(async (r) => console.log(r.status + ' ' + (await r.text()).trim().split('\\n')[0]), (e) => console.log('0 ' + e.message))`).then((s) => s.trim());
+  inContainer(
+    name,
+    `fetch('http://127.0.0.1:${port}${path}').then(async (r) => console.log(r.status + ' ' + (await r.text()).trim().split('\\n')[0]), (e) => console.log('0 ' + e.message))`,
+  ).then((s) => s.trim());
 
 async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
@@ -81,7 +84,10 @@ const CHART_ENV: Record<string, string> = {
 const PRIMARY = {
   cniVersion: '1.0.0',
   name: 'k8s-pod-network',
-  plugins: [{ type: 'bridge', bridge: 'cni0', ipam: { type: 'host-local', subnet: '10.88.0.0/16' } }, { type: 'portmap', capabilities: { portMappings: true } }],
+  plugins: [
+    { type: 'bridge', bridge: 'cni0', ipam: { type: 'host-local', subnet: '10.88.0.0/16' } },
+    { type: 'portmap', capabilities: { portMappings: true } },
+  ],
 };
 
 describe(`the image ${IMAGE}`, () => {
@@ -128,8 +134,18 @@ describe(`the image ${IMAGE}`, () => {
         tools: ['npm', 'npx', 'corepack', 'yarn', 'yarnpkg'].flatMap(onPath),
         leftovers: ['/usr/local/lib/node_modules', '/usr/local/include/node', ...fs.readdirSync('/opt').map((d) => '/opt/' + d).filter((p) => /yarn/.test(p))].filter(exists),
       }));`;
-    const out = JSON.parse(await podman(['run', '--rm', '--network', 'none', '--entrypoint', 'node', IMAGE, '-e', script])) as Record<string, unknown>;
-    expect(out).toEqual({ node: expect.stringMatching(/^v24\./), nodeOptions: '--max-semi-space-size=16', installCni: '/app/dist/src/cli/main.js', plugin: '755', tools: [], leftovers: [] });
+    const out = JSON.parse(await podman(['run', '--rm', '--network', 'none', '--entrypoint', 'node', IMAGE, '-e', script])) as Record<
+      string,
+      unknown
+    >;
+    expect(out).toEqual({
+      node: expect.stringMatching(/^v24\./),
+      nodeOptions: '--max-semi-space-size=16',
+      installCni: '/app/dist/src/cli/main.js',
+      plugin: '755',
+      tools: [],
+      leftovers: [],
+    });
     expect((await podman(['image', 'inspect', '--format', '{{len .RootFS.Layers}}', IMAGE])).trim()).toBe('1');
     const help = await podman(['run', '--rm', '--network', 'none', IMAGE, 'install-cni', '--help']);
     for (const word of ['--log_output_level', '--log_as_json', ...Object.keys(CHART_ENV)]) expect(help).toContain(word);
@@ -146,15 +162,31 @@ describe(`the image ${IMAGE}`, () => {
     ].flatMap(([from, to, opt]) => ['-v', `${path(from!)}:${to}${opt ? `:${opt}` : ''}`]);
     const env = Object.entries(CHART_ENV).flatMap(([k, v]) => ['-e', `${k}=${v}`]);
     await podman([
-      'run', '-d', '--name', name, '--network', 'none',
-      '--user', '0:0', '--cap-drop', 'ALL', '--cap-add', 'NET_ADMIN,NET_RAW,SYS_PTRACE,SYS_ADMIN,DAC_OVERRIDE',
-      ...mounts, ...env,
-      '--entrypoint', '["install-cni"]', IMAGE, '--log_output_level=info',
+      'run',
+      '-d',
+      '--name',
+      name,
+      '--network',
+      'none',
+      '--user',
+      '0:0',
+      '--cap-drop',
+      'ALL',
+      '--cap-add',
+      'NET_ADMIN,NET_RAW,SYS_PTRACE,SYS_ADMIN,DAC_OVERRIDE',
+      ...mounts,
+      ...env,
+      '--entrypoint',
+      '["install-cni"]',
+      IMAGE,
+      '--log_output_level=info',
     ]);
     started = true;
 
     // Ready: the plugin is installed and chained, ZDS listens (no ztunnel needed, as Istio).
-    expect(await until('/readyz 200', async () => ((await httpGet(name, 8000, '/readyz')).startsWith('200') ? true : undefined))).toBe(true);
+    expect(await until('/readyz 200', async () => ((await httpGet(name, 8000, '/readyz')).startsWith('200') ? true : undefined))).toBe(
+      true,
+    );
     expect(await httpGet(name, 8000, '/healthz')).toBe('200 ok');
     expect(await httpGet(name, 15014, '/metrics')).toMatch(/^200 /);
     for (const p of ['/debug/pods', '/metrics']) expect(await httpGet(name, 8000, p)).toMatch(/^404 /);
@@ -162,7 +194,11 @@ describe(`the image ${IMAGE}`, () => {
 
     // The plugin, byte for byte the image's, in the mounted bin dir.
     const digest = (await podman(['exec', name, 'sha256sum', '/opt/cni/bin/istio-cni'])).split(' ')[0];
-    expect(createHash('sha256').update(readFileSync(path('opt-cni-bin/istio-cni'))).digest('hex')).toBe(digest);
+    expect(
+      createHash('sha256')
+        .update(readFileSync(path('opt-cni-bin/istio-cni')))
+        .digest('hex'),
+    ).toBe(digest);
     expect(statSync(path('opt-cni-bin/istio-cni')).mode & 0o111).not.toBe(0);
 
     // Chained last into the mounted primary config, as Istio's installer writes the entry.
@@ -175,7 +211,10 @@ describe(`the image ${IMAGE}`, () => {
       enable_ambient_detection_retry: false,
       enablement_selectors: [
         { namespaceSelector: {}, podSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } } },
-        { namespaceSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } }, podSelector: { matchExpressions: [{ key: 'istio.io/dataplane-mode', operator: 'NotIn', values: ['none'] }] } },
+        {
+          namespaceSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } },
+          podSelector: { matchExpressions: [{ key: 'istio.io/dataplane-mode', operator: 'NotIn', values: ['none'] }] },
+        },
       ],
       exclude_namespaces: ['kube-system'],
       ipam: {},
@@ -192,8 +231,13 @@ describe(`the image ${IMAGE}`, () => {
     ztunnel.close();
 
     // The root-only sockets in the mounted run dir, and the debug endpoint only there.
-    for (const s of ['pluginevent.sock', 'log.sock', 'debug.sock']) expect((statSync(path(`run-istio-cni/${s}`)).mode & 0o777).toString(8), s).toBe('600');
-    expect(JSON.parse(await podman(['exec', name, 'ambient-node-agent', 'pods', '--json']))).toMatchObject({ mode: 'standalone', ready: true, pods: [] });
+    for (const s of ['pluginevent.sock', 'log.sock', 'debug.sock'])
+      expect((statSync(path(`run-istio-cni/${s}`)).mode & 0o777).toString(8), s).toBe('600');
+    expect(JSON.parse(await podman(['exec', name, 'ambient-node-agent', 'pods', '--json']))).toMatchObject({
+      mode: 'standalone',
+      ready: true,
+      pods: [],
+    });
 
     // SIGTERM (the kubelet's stop): exit 0 within the grace period, the config entry kept.
     await podman(['stop', '-t', '15', name]);
@@ -203,7 +247,8 @@ describe(`the image ${IMAGE}`, () => {
     // Istio's console log lines (no --log_as_json), nothing at warn or above.
     const logs = (await run('podman', ['logs', name], { maxBuffer: 64 * 1024 * 1024 })).stdout.trim().split('\n');
     expect(logs.length).toBeGreaterThan(3);
-    for (const line of logs) expect(line).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\t(debug|info)\t(cni-agent|cni-plugin|default)\t/);
+    for (const line of logs)
+      expect(line).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\t(debug|info)\t(cni-agent|cni-plugin|default)\t/);
     expect(logs.some((l) => /\tdefault\tstopping/.test(l))).toBe(true);
   });
 });

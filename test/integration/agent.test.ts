@@ -51,7 +51,22 @@ describe('standalone agent', () => {
   beforeEach(async () => {
     dir = mkdtempSync(join(tmpdir(), 'agent-'));
     config = loadAgentConfig(
-      ['--run-dir', join(dir, 'run'), '--zds-socket', join(dir, 'ztunnel', 'z.sock'), '--netns-root', '/host', '--health-port', '0', '--metrics-port', '0', '--ipv6', 'false', '--exclude-namespaces', 'kube-system'],
+      [
+        '--run-dir',
+        join(dir, 'run'),
+        '--zds-socket',
+        join(dir, 'ztunnel', 'z.sock'),
+        '--netns-root',
+        '/host',
+        '--health-port',
+        '0',
+        '--metrics-port',
+        '0',
+        '--ipv6',
+        'false',
+        '--exclude-namespaces',
+        'kube-system',
+      ],
       {},
     );
     addon = new FakeNetAddon({ realFds: true });
@@ -59,7 +74,10 @@ describe('standalone agent', () => {
     pods = {};
     for (const name of ['web', 'db', 'api', 'sys']) pods[name] = addon.addNetns(`/host/var/run/netns/${name}`);
     logs = [];
-    const log = pino({ level: 'debug', base: undefined }, { write: (line: string) => void logs.push(JSON.parse(line) as (typeof logs)[number]) });
+    const log = pino(
+      { level: 'debug', base: undefined },
+      { write: (line: string) => void logs.push(JSON.parse(line) as (typeof logs)[number]) },
+    );
     agent = new Agent(config, { addon, log, makeMode: (d) => new StandaloneMode(d) });
     await agent.start();
   });
@@ -86,7 +104,12 @@ describe('standalone agent', () => {
     const z = await ztunnel();
     expect(await postUnix(sock(), '/cmdadd', addEvent('web'))).toEqual({ status: 200, body: '' });
     expect(pods['web']!.nftScripts).toHaveLength(1);
-    expect(z.messages.at(-1)).toMatchObject({ kind: 'add', uid: 'uid-web', info: { name: 'web', namespace: 'shop', serviceAccount: 'default' }, fds: 1 });
+    expect(z.messages.at(-1)).toMatchObject({
+      kind: 'add',
+      uid: 'uid-web',
+      info: { name: 'web', namespace: 'shop', serviceAccount: 'default' },
+      fds: 1,
+    });
     // a second ADD for the same pod is idempotent
     expect((await postUnix(sock(), '/cmdadd', addEvent('web'))).status).toBe(200);
     expect(z.running.size).toBe(1);
@@ -103,12 +126,15 @@ describe('standalone agent', () => {
     expect(metrics).toContain('ambient_node_agent_ztunnel_waits_total{result="enrolled"} 1');
   });
 
-  it("brings a down pod lo up before ztunnel hears of the pod (it binds 127.0.0.1:15053 there at once)", async () => {
+  it('brings a down pod lo up before ztunnel hears of the pod (it binds 127.0.0.1:15053 there at once)', async () => {
     const web = pods['web']!;
     web.loUp = false; // containerd's own loopback setup has not run yet
     addon.runDelayMs = 30; // the rules' netns visit is still on its way when the ZDS add could go
     const z = await FakeZtunnel.connect(config.zdsSocket, {
-      ackError: (req) => ('add' in req && !web.loUp ? "failure to start proxy : EADDRNOTAVAIL: Cannot assign requested address, bind '127.0.0.1:15053'" : undefined),
+      ackError: (req) =>
+        'add' in req && !web.loUp
+          ? "failure to start proxy : EADDRNOTAVAIL: Cannot assign requested address, bind '127.0.0.1:15053'"
+          : undefined,
     });
     clients.push(z);
     await z.waitFor(() => z.snapshotSent);
@@ -122,12 +148,15 @@ describe('standalone agent', () => {
     agent = new Agent({ ...config, ztunnelWaitMs: 150 }, { addon, makeMode: (d) => new StandaloneMode(d) });
     await agent.start();
     const res = await postUnix(sock(), '/cmdadd', addEvent('db'));
-    expect(res).toEqual({ status: 500, body: 'no ztunnel connection (waited 150 ms for one; the pod stays registered for the next snapshot)' });
+    expect(res).toEqual({
+      status: 500,
+      body: 'no ztunnel connection (waited 150 ms for one; the pod stays registered for the next snapshot)',
+    });
     const z = await ztunnel();
     expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:uid-db', 'snapshotSent:']);
   });
 
-  it('with ztunnel-wait-timeout 0, fails at once with Istio\'s text', async () => {
+  it("with ztunnel-wait-timeout 0, fails at once with Istio's text", async () => {
     await agent.stop();
     agent = new Agent({ ...config, ztunnelWaitMs: 0 }, { addon, makeMode: (d) => new StandaloneMode(d) });
     await agent.start();
@@ -182,7 +211,10 @@ describe('standalone agent', () => {
     expect(pods['web']!.nftScripts).toHaveLength(scriptsAfterFirst);
     expect(logs.filter((l) => l.msg === 'pod removed').map((l) => l.uid)).toEqual(['uid-web']);
     const quiet = logs.filter((l) => l.msg === 'DEL for a pod that is not enrolled; nothing to do');
-    expect(quiet.map((l) => [l.uid, l.level])).toEqual([['uid-web', 20], ['uid-never-added', 20]]);
+    expect(quiet.map((l) => [l.uid, l.level])).toEqual([
+      ['uid-web', 20],
+      ['uid-never-added', 20],
+    ]);
   });
 
   it('CNI GC (the real plugin, cni.dev/valid-attachments) removes the enrolments the runtime no longer has; ztunnel gets the del', async () => {
@@ -192,7 +224,13 @@ describe('standalone agent', () => {
     const dbNetns = agent.registry.netnsOf('uid-db')!;
     const run = await runPlugin(
       { CNI_COMMAND: 'GC', CNI_PATH: '/opt/cni/bin' },
-      netconf(config.runDir, { cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: 'c-web', ifname: 'eth0' }, { containerID: 'c-other', ifname: 'eth0' }] }),
+      netconf(config.runDir, {
+        cniVersion: '1.1.0',
+        'cni.dev/valid-attachments': [
+          { containerID: 'c-web', ifname: 'eth0' },
+          { containerID: 'c-other', ifname: 'eth0' },
+        ],
+      }),
     );
     expect(run.status, run.stdout + run.stderr).toBe(0);
     expect(agent.registry.has('uid-db')).toBe(false);
@@ -213,7 +251,10 @@ describe('standalone agent', () => {
     expect((await postUnix(sock(), '/cmdcheck', addEvent('web'))).status).toBe(200);
     pods['web']!.listing = '';
     pods['web']!.nftGeneration++; // (any nft change in a netns moves its generation)
-    expect(await postUnix(sock(), '/cmdcheck', addEvent('web'))).toMatchObject({ status: 500, body: expect.stringContaining('missing table') });
+    expect(await postUnix(sock(), '/cmdcheck', addEvent('web'))).toMatchObject({
+      status: 500,
+      body: expect.stringContaining('missing table'),
+    });
   });
 
   it('after a restart: restores enrolled pods from the run dir, repairs drift, and sends them in the snapshot', async () => {
@@ -270,7 +311,17 @@ describe('standalone agent', () => {
     // lastVerified: live reconciliation's last check (null until its first one, 0.5 s after the ADD).
     expect(body.pods[0]!['lastVerified'] === null || typeof body.pods[0]!['lastVerified'] === 'string').toBe(true);
     expect(body.pods).toEqual([
-      { uid: 'uid-web', namespace: 'shop', name: 'web', serviceAccount: 'default', netnsInode: pods['web']!.ino, rules: 'verified', lastVerified: body.pods[0]!['lastVerified'], repairs: 0, ztunnel: { [String(agent.zds.connections()[0]!.id)]: 'acked' } },
+      {
+        uid: 'uid-web',
+        namespace: 'shop',
+        name: 'web',
+        serviceAccount: 'default',
+        netnsInode: pods['web']!.ino,
+        rules: 'verified',
+        lastVerified: body.pods[0]!['lastVerified'],
+        repairs: 0,
+        ztunnel: { [String(agent.zds.connections()[0]!.id)]: 'acked' },
+      },
     ]);
     pods['web']!.listing = '';
     const drifted = JSON.parse(await debugPods()) as { pods: Array<{ rules: string }> };
@@ -295,7 +346,24 @@ describe('standalone agent', () => {
     expect(HEALTH_ROUTES).toEqual(['/healthz', '/readyz']);
     expect(METRICS_ROUTES).toEqual(['/metrics']);
     // What an operator (or an attacker in the cluster) might try: Istio's and common debug paths.
-    const probes = ['/', '/debug/pods', '/debug', '/debug/pprof/', '/debug/vars', '/metrics', '/healthz', '/readyz', '/readyz/', '/healthz/x', '/stats', '/ready', '/live', '/quitquitquit', '/config_dump', '/version'];
+    const probes = [
+      '/',
+      '/debug/pods',
+      '/debug',
+      '/debug/pprof/',
+      '/debug/vars',
+      '/metrics',
+      '/healthz',
+      '/readyz',
+      '/readyz/',
+      '/healthz/x',
+      '/stats',
+      '/ready',
+      '/live',
+      '/quitquitquit',
+      '/config_dump',
+      '/version',
+    ];
     const answered = async (port: number): Promise<string[]> => {
       const out: string[] = [];
       for (const path of probes) {

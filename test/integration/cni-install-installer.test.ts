@@ -1,7 +1,19 @@
 // The installer against real temp directories (no root needed): atomic binary copy, chaining
 // with Istio's exact output, waiting for a config, re-chaining after other writers, uninstall.
 
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -272,7 +284,11 @@ describe('CniInstaller', () => {
       await inst.install();
       startWatch(inst);
       writeFileSync(join(confDir, '05-minikube.conf'), golden('pre/minikube_cni.conf'));
-      await waitFor(() => readOr(join(confDir, '05-minikube.conflist')) === golden('expected/minikube_cni.conflist.expected'), 1000, 'chain into the new primary');
+      await waitFor(
+        () => readOr(join(confDir, '05-minikube.conflist')) === golden('expected/minikube_cni.conflist.expected'),
+        1000,
+        'chain into the new primary',
+      );
       await waitFor(() => !existsSync(join(confDir, '05-minikube.conf')), 1000, 'old .conf removed');
       unlinkSync(join(binDir, 'istio-cni'));
       await waitFor(() => existsSync(join(binDir, 'istio-cni')), 1000, 'binary re-installed');
@@ -336,7 +352,7 @@ describe('CniInstaller', () => {
       expect(statSync(join(confDir, '10-list.conflist')).mode & 0o7777).toBe(0o600);
     });
 
-    it('a converted .conf stays a .conflist without our entry (Istio\'s minikube_cni.conflist.clean)', async () => {
+    it("a converted .conf stays a .conflist without our entry (Istio's minikube_cni.conflist.clean)", async () => {
       writeFileSync(join(confDir, '00-minikube_cni.conf'), golden('pre/minikube_cni.conf'));
       const inst = make();
       await inst.install();
@@ -374,7 +390,11 @@ describe('CniInstaller', () => {
       // The copy follows the primary.
       startWatch(inst);
       writeFileSync(join(confDir, 'list.conflist'), golden('bridge.conf').replace('"type": "bridge"', '"plugins": [{"type": "bridge"}]'));
-      await waitFor(() => (readOr(r.file) ?? '').includes('"plugins"') && !(readOr(r.file) ?? '').includes('tuning'), 1000, 'owned copy updated');
+      await waitFor(
+        () => (readOr(r.file) ?? '').includes('"plugins"') && !(readOr(r.file) ?? '').includes('tuning'),
+        1000,
+        'owned copy updated',
+      );
 
       controllers.splice(0).forEach((c) => c.abort());
       await Promise.all(watches.splice(0));

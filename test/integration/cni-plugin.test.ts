@@ -16,10 +16,14 @@ import {
 import { FakePluginAgent, neverReply, RawPluginAgent, reply, replyChunked } from '../helpers/plugin-agent.js';
 import { cniArgs, netconf, type PodArgs, PLUGIN_BINARY, requirePluginBinary, runPlugin, stdoutJson } from '../helpers/plugin-exec.js';
 
-const POD: Required<PodArgs> = { name: 'web-7d9c', namespace: 'shop', uid: '0b6c9f3e-1111-4a5b-9c1d-2e3f4a5b6c7d', infraContainerId: 'infra-abc' };
+const POD: Required<PodArgs> = {
+  name: 'web-7d9c',
+  namespace: 'shop',
+  uid: '0b6c9f3e-1111-4a5b-9c1d-2e3f4a5b6c7d',
+  infraContainerId: 'infra-abc',
+};
 const CONTAINER_ID = 'c0ffee0123456789';
 const NETNS = '/var/run/netns/cni-1234-5678';
-
 
 // What a primary CNI (e.g. ptp/bridge) hands on, in each result version.
 const PREV_RESULT_100 = {
@@ -182,7 +186,13 @@ describe('istio-cni plugin binary', () => {
       const run = await runPlugin(cniEnv('ADD', noUid), netconf(runDir));
       expectSuccess(run);
       expect(stdoutJson(run)).toEqual({ cniVersion: '1.0.0', dns: {} });
-      expect(a.requests[0]?.body).toEqual({ Netns: NETNS, PodName: POD.name, PodNamespace: POD.namespace, IPs: [], ContainerID: CONTAINER_ID });
+      expect(a.requests[0]?.body).toEqual({
+        Netns: NETNS,
+        PodName: POD.name,
+        PodNamespace: POD.namespace,
+        IPs: [],
+        ContainerID: CONTAINER_ID,
+      });
     });
 
     it('ignores unknown CNI_ARGS keys', async () => {
@@ -199,7 +209,11 @@ describe('istio-cni plugin binary', () => {
         ['a pod name without namespace', { name: 'x' }, {}],
         ['an excluded namespace', { ...POD, namespace: 'kube-system' }, {}],
         ['the agent’s own pod', { ...POD, name: 'istio-cni-node-x7k2p', namespace: 'istio-system' }, {}],
-        ['the agent’s own pod even with ambient off', { ...POD, name: 'istio-cni-node-x7k2p', namespace: 'istio-system' }, { ambient_enabled: false }],
+        [
+          'the agent’s own pod even with ambient off',
+          { ...POD, name: 'istio-cni-node-x7k2p', namespace: 'istio-system' },
+          { ambient_enabled: false },
+        ],
         ['ambient_enabled false', POD, { ambient_enabled: false }],
       ];
       it.each(cases)('%s', async (_label, pod, overrides) => {
@@ -332,7 +346,13 @@ describe('istio-cni plugin binary', () => {
       expectSuccess(run);
       expect(run.stdout).toBe('');
       expect(a.requests.map((r) => r.url)).toEqual(['/cmddel']);
-      const expected: PluginDelEvent = { Netns: NETNS, PodName: POD.name, PodNamespace: POD.namespace, PodUID: POD.uid, ContainerID: CONTAINER_ID };
+      const expected: PluginDelEvent = {
+        Netns: NETNS,
+        PodName: POD.name,
+        PodNamespace: POD.namespace,
+        PodUID: POD.uid,
+        ContainerID: CONTAINER_ID,
+      };
       expect(a.requests[0]?.body).toEqual(expected);
     });
 
@@ -513,7 +533,10 @@ describe('istio-cni plugin binary', () => {
       const run = await runPlugin(cniEnv('ADD'), netconf(runDir, { plugin_log_level: 'debug', prevResult: PREV_RESULT_100 }));
       expectSuccess(run);
       expect(stdoutJson(run)).toEqual({ ...PREV_RESULT_100, cniVersion: '1.0.0' });
-      const lines = run.stderr.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+      const lines = run.stderr
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
       expect(lines.length).toBeGreaterThanOrEqual(1);
       for (const l of lines) expect(l).toMatchObject({ level: 'debug', scope: 'cni-plugin', command: 'ADD', pod: 'shop/web-7d9c' });
     });

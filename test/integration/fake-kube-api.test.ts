@@ -20,7 +20,12 @@ function startWatch(kc: KubeConfig, path: string, query: Record<string, string |
   const events: WatchEvent[] = [];
   let ended: ((err: unknown) => void) | undefined;
   const done = new Promise<unknown>((resolve) => (ended = resolve));
-  const controller = new Watch(kc).watch(path, query, (type, object) => events.push({ type, object }), (err) => ended?.(err));
+  const controller = new Watch(kc).watch(
+    path,
+    query,
+    (type, object) => events.push({ type, object }),
+    (err) => ended?.(err),
+  );
   return { events, done, controller };
 }
 
@@ -98,7 +103,10 @@ describe('FakeKubeApi with the real client library', () => {
     const ds = await apps.readNamespacedDaemonSet({ namespace: 'istio-system', name: 'istio-cni-node' });
     expect(ds).toMatchObject({ kind: 'DaemonSet', apiVersion: 'apps/v1', metadata: { namespace: 'istio-system' } });
 
-    await expect(core.readNamespacedPod({ namespace: 'default', name: 'nope' })).rejects.toMatchObject({ code: 404, body: expect.stringContaining('NotFound') });
+    await expect(core.readNamespacedPod({ namespace: 'default', name: 'nope' })).rejects.toMatchObject({
+      code: 404,
+      body: expect.stringContaining('NotFound'),
+    });
     await expect(core.readNamespace({ name: 'nope' })).rejects.toMatchObject({ code: 404 });
     api.setDaemonSet('istio-system', undefined, 'istio-cni-node');
     await expect(apps.readNamespacedDaemonSet({ namespace: 'istio-system', name: 'istio-cni-node' })).rejects.toMatchObject({ code: 404 });
@@ -137,7 +145,10 @@ describe('FakeKubeApi with the real client library', () => {
     await until(() => byLabel.events.length === 1);
     api.upsertPod(pod('b', 'node-b', { metadata: { name: 'b', namespace: 'default', labels: { app: 'changed' } } }));
     await until(() => byLabel.events.length === 2);
-    expect(byLabel.events[1]).toMatchObject({ type: 'DELETED', object: { metadata: { name: 'b', resourceVersion: '8', labels: { app: 'b' } } } });
+    expect(byLabel.events[1]).toMatchObject({
+      type: 'DELETED',
+      object: { metadata: { name: 'b', resourceVersion: '8', labels: { app: 'b' } } },
+    });
   });
 
   it('replays history after a resourceVersion, and answers 410 Expired once it is compacted', async () => {
@@ -169,9 +180,17 @@ describe('FakeKubeApi with the real client library', () => {
   it('sends bookmarks with the current resourceVersion when asked, and ends the stream at timeoutSeconds', async () => {
     api.upsertPod(pod('a', 'node-a'));
     api.upsertPod(pod('b', 'node-b'));
-    const w = watch('/api/v1/pods', { resourceVersion: '2', allowWatchBookmarks: true, timeoutSeconds: 1, fieldSelector: 'spec.nodeName=node-a' });
+    const w = watch('/api/v1/pods', {
+      resourceVersion: '2',
+      allowWatchBookmarks: true,
+      timeoutSeconds: 1,
+      fieldSelector: 'spec.nodeName=node-a',
+    });
     await until(() => w.events.some((e) => e.type === 'BOOKMARK'));
-    expect(w.events.find((e) => e.type === 'BOOKMARK')).toEqual({ type: 'BOOKMARK', object: { kind: 'Pod', apiVersion: 'v1', metadata: { resourceVersion: '2' } } });
+    expect(w.events.find((e) => e.type === 'BOOKMARK')).toEqual({
+      type: 'BOOKMARK',
+      object: { kind: 'Pod', apiVersion: 'v1', metadata: { resourceVersion: '2' } },
+    });
     const started = Date.now();
     expect(await w.done).toBeNull();
     expect(Date.now() - started).toBeLessThan(1500);
@@ -230,7 +249,14 @@ describe('FakeKubeApi with the real client library', () => {
       expect(stored.spec?.['nodeName']).toBe('node-a'); // spec is ignored on pods/status
       expect(stored.status).toEqual({ phase: 'Pending', podIP: '10.0.0.5' });
       expect(api.patches).toEqual([
-        expect.objectContaining({ namespace: 'default', name: 'a', subresource: 'status', contentType: 'application/merge-patch+json', status: 200, changed: true }),
+        expect.objectContaining({
+          namespace: 'default',
+          name: 'a',
+          subresource: 'status',
+          contentType: 'application/merge-patch+json',
+          status: 200,
+          changed: true,
+        }),
       ]);
     });
 
@@ -257,13 +283,23 @@ describe('FakeKubeApi with the real client library', () => {
     it('refuses other content types (415), answers 404 for a missing pod and 409 on a stale resourceVersion', async () => {
       api.upsertPod(pod('a', 'node-a'));
       // The generated client's default content type is json-patch.
-      await expect(core.patchNamespacedPodStatus({ name: 'a', namespace: 'default', body: { metadata: { annotations: { x: 'y' } } } })).rejects.toMatchObject({ code: 415 });
       await expect(
-        core.patchNamespacedPodStatus({ name: 'a', namespace: 'default', body: {} }, setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch)),
+        core.patchNamespacedPodStatus({ name: 'a', namespace: 'default', body: { metadata: { annotations: { x: 'y' } } } }),
       ).rejects.toMatchObject({ code: 415 });
-      await expect(core.patchNamespacedPodStatus({ name: 'gone', namespace: 'default', body: {} }, merge)).rejects.toMatchObject({ code: 404 });
       await expect(
-        core.patchNamespacedPodStatus({ name: 'a', namespace: 'default', body: { metadata: { resourceVersion: '999', annotations: { x: 'y' } } } }, merge),
+        core.patchNamespacedPodStatus(
+          { name: 'a', namespace: 'default', body: {} },
+          setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
+        ),
+      ).rejects.toMatchObject({ code: 415 });
+      await expect(core.patchNamespacedPodStatus({ name: 'gone', namespace: 'default', body: {} }, merge)).rejects.toMatchObject({
+        code: 404,
+      });
+      await expect(
+        core.patchNamespacedPodStatus(
+          { name: 'a', namespace: 'default', body: { metadata: { resourceVersion: '999', annotations: { x: 'y' } } } },
+          merge,
+        ),
       ).rejects.toMatchObject({ code: 409 });
       expect(api.patches.map((p) => p.status)).toEqual([415, 415, 404, 409]);
       expect(api.pod('default', 'a')!.metadata?.resourceVersion).toBe('1');

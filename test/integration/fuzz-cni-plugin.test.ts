@@ -31,10 +31,7 @@ const GOOD_ENV = {
 const PREV_RESULT = {
   cniVersion: '1.0.0',
   interfaces: [{ name: 'eth0', mac: '0a:58:0a:f4:01:05', sandbox: GOOD_ENV.CNI_NETNS }],
-  ips: [
-    { interface: 0, address: '10.244.1.5/24', gateway: '10.244.1.1' },
-    { address: 'fd00:10:244::5/64' },
-  ],
+  ips: [{ interface: 0, address: '10.244.1.5/24', gateway: '10.244.1.1' }, { address: 'fd00:10:244::5/64' }],
   routes: [{ dst: '0.0.0.0/0', gw: '10.244.1.1' }],
   dns: {},
 };
@@ -53,7 +50,10 @@ function expectCniOutcome(run: RawPluginRun): Record<string, unknown> | undefine
   }
   const out = utf8Text(run.stdout);
   if (run.status === 0 && out === '') return undefined; // DEL, CHECK, STATUS, GC
-  expect(out.endsWith('\n') && out.indexOf('\n') === out.length - 1, `exactly one line on stdout: ${JSON.stringify(out.slice(0, 500))}`).toBe(true);
+  expect(
+    out.endsWith('\n') && out.indexOf('\n') === out.length - 1,
+    `exactly one line on stdout: ${JSON.stringify(out.slice(0, 500))}`,
+  ).toBe(true);
   const doc = JSON.parse(out) as unknown;
   expect(typeof doc === 'object' && doc !== null && !Array.isArray(doc)).toBe(true);
   const obj = doc as Record<string, unknown>;
@@ -115,12 +115,19 @@ const envText = hostileText.map(envSafe);
 
 /** Mostly the good value (so the later code paths run), sometimes hostile, sometimes unset. */
 function mostly<T>(good: T, bad: fc.Arbitrary<string>): fc.Arbitrary<T | string | undefined> {
-  return fc.oneof({ arbitrary: fc.constant(good), weight: 4 }, { arbitrary: bad, weight: 2 }, { arbitrary: fc.constant(undefined), weight: 1 });
+  return fc.oneof(
+    { arbitrary: fc.constant(good), weight: 4 },
+    { arbitrary: bad, weight: 2 },
+    { arbitrary: fc.constant(undefined), weight: 1 },
+  );
 }
 
 const dnsLabel = fc.stringMatching(/^[a-z0-9]([-a-z0-9]{0,10}[a-z0-9])?$/);
 const argKey = fc.oneof(
-  { arbitrary: fc.constantFrom('K8S_POD_NAME', 'K8S_POD_NAMESPACE', 'K8S_POD_UID', 'K8S_POD_INFRA_CONTAINER_ID', 'IgnoreUnknown'), weight: 4 },
+  {
+    arbitrary: fc.constantFrom('K8S_POD_NAME', 'K8S_POD_NAMESPACE', 'K8S_POD_UID', 'K8S_POD_INFRA_CONTAINER_ID', 'IgnoreUnknown'),
+    weight: 4,
+  },
   { arbitrary: envText.map((s) => s.replace(/[;=]/g, '')), weight: 1 },
 );
 const argValue = fc.oneof({ arbitrary: dnsLabel, weight: 2 }, { arbitrary: fc.uuid(), weight: 1 }, { arbitrary: envText, weight: 2 });
@@ -130,20 +137,35 @@ const argPair = fc.oneof(
   { arbitrary: fc.constantFrom('', '=', '==', '=x', 'K8S_POD_NAME==x', 'K8S_POD_NAME=a=b'), weight: 1 },
 );
 /** CNI_ARGS: the usual pairs shuffled with hostile ones, duplicates and broken pairs. */
-const cniArgsArb: fc.Arbitrary<string> = fc.oneof(
-  { arbitrary: fc.array(argPair, { maxLength: 8 }).map((pairs) => pairs.join(';')), weight: 4 },
-  { arbitrary: fc.tuple(fc.array(argPair, { maxLength: 4 }), fc.shuffledSubarray(cniArgs(POD).split(';'))).map(([a, b]) => [...b, ...a].join(';')), weight: 4 },
-  { arbitrary: envText, weight: 1 },
-  { arbitrary: fc.integer({ min: 1, max: 4_000 }).map((n) => Array.from({ length: n }, (_, i) => `K${i}=v${i}`).join(';')), weight: 1 },
-).map(envSafe);
+const cniArgsArb: fc.Arbitrary<string> = fc
+  .oneof(
+    { arbitrary: fc.array(argPair, { maxLength: 8 }).map((pairs) => pairs.join(';')), weight: 4 },
+    {
+      arbitrary: fc
+        .tuple(fc.array(argPair, { maxLength: 4 }), fc.shuffledSubarray(cniArgs(POD).split(';')))
+        .map(([a, b]) => [...b, ...a].join(';')),
+      weight: 4,
+    },
+    { arbitrary: envText, weight: 1 },
+    { arbitrary: fc.integer({ min: 1, max: 4_000 }).map((n) => Array.from({ length: n }, (_, i) => `K${i}=v${i}`).join(';')), weight: 1 },
+  )
+  .map(envSafe);
 
 const envArb = fc.record({
-  CNI_COMMAND: fc.oneof({ arbitrary: fc.constantFrom(...COMMANDS), weight: 6 }, { arbitrary: envText, weight: 1 }, { arbitrary: fc.constant(undefined), weight: 1 }),
+  CNI_COMMAND: fc.oneof(
+    { arbitrary: fc.constantFrom(...COMMANDS), weight: 6 },
+    { arbitrary: envText, weight: 1 },
+    { arbitrary: fc.constant(undefined), weight: 1 },
+  ),
   CNI_CONTAINERID: mostly(GOOD_ENV.CNI_CONTAINERID, envText),
   CNI_NETNS: mostly(GOOD_ENV.CNI_NETNS, envText),
   CNI_IFNAME: mostly(GOOD_ENV.CNI_IFNAME, envText),
   CNI_PATH: mostly(GOOD_ENV.CNI_PATH, envText),
-  CNI_ARGS: fc.oneof({ arbitrary: fc.constant(GOOD_ENV.CNI_ARGS), weight: 2 }, { arbitrary: cniArgsArb, weight: 3 }, { arbitrary: fc.constant(undefined), weight: 1 }),
+  CNI_ARGS: fc.oneof(
+    { arbitrary: fc.constant(GOOD_ENV.CNI_ARGS), weight: 2 },
+    { arbitrary: cniArgsArb, weight: 3 },
+    { arbitrary: fc.constant(undefined), weight: 1 },
+  ),
 });
 
 /** Integers JSON.stringify cannot write (beyond 2^53, beyond 2^64), spliced in as raw digits. */
@@ -166,7 +188,12 @@ const ipEntry = fc.record(
       hostileJson,
     ),
     gateway: fc.oneof(fc.ipV4(), fc.ipV6(), fc.constant(null), hostileJson),
-    interface: fc.oneof(fc.nat(4), fc.constant(null), rawNumber.map((n) => `${RAW}${n}`), hostileJson),
+    interface: fc.oneof(
+      fc.nat(4),
+      fc.constant(null),
+      rawNumber.map((n) => `${RAW}${n}`),
+      hostileJson,
+    ),
   },
   { requiredKeys: [] },
 );
@@ -174,7 +201,12 @@ const ipEntry = fc.record(
 const prevResultArb = fc.oneof(
   { arbitrary: fc.constant(PREV_RESULT), weight: 2 },
   { arbitrary: fc.array(ipEntry, { maxLength: 5 }).map((ips) => ({ ...PREV_RESULT, ips })), weight: 4 },
-  { arbitrary: fc.integer({ min: 60, max: 80 }).map((n) => ({ ...PREV_RESULT, ips: Array.from({ length: n }, () => ({ address: '10.0.0.1/32' })) })), weight: 1 },
+  {
+    arbitrary: fc
+      .integer({ min: 60, max: 80 })
+      .map((n) => ({ ...PREV_RESULT, ips: Array.from({ length: n }, () => ({ address: '10.0.0.1/32' })) })),
+    weight: 1,
+  },
   { arbitrary: hostileJson, weight: 2 },
 );
 
@@ -207,7 +239,9 @@ function configText(runDir: string): fc.Arbitrary<string> {
       // at an agent that might really run on this machine.
       const runDirOverride = overrides['cni_agent_run_dir'];
       if (runDirOverride === '' || runDirOverride === null) overrides['cni_agent_run_dir'] = `${runDir}/empty-override`;
-      return spliceRaw(JSON.stringify(netconf(runDir, { cniVersion: version, ...(prevResult === undefined ? {} : { prevResult }), ...overrides })));
+      return spliceRaw(
+        JSON.stringify(netconf(runDir, { cniVersion: version, ...(prevResult === undefined ? {} : { prevResult }), ...overrides })),
+      );
     });
 }
 
@@ -223,7 +257,12 @@ const mutation: fc.Arbitrary<Mutation> = fc.oneof(
     kind: fc.constant('insert' as const),
     at: fc.nat(),
     // invalid UTF-8 (lone continuation, overlong, surrogate, 0xff), NUL, quotes and brackets
-    bytes: fc.oneof(fc.uint8Array({ minLength: 1, maxLength: 6 }), fc.constantFrom(...[[0xff], [0xc0, 0xaf], [0xed, 0xa0, 0x80], [0x80], [0], [0x22], [0x5b], [0x7d], [0x5c]].map((b) => Uint8Array.from(b)))),
+    bytes: fc.oneof(
+      fc.uint8Array({ minLength: 1, maxLength: 6 }),
+      fc.constantFrom(
+        ...[[0xff], [0xc0, 0xaf], [0xed, 0xa0, 0x80], [0x80], [0], [0x22], [0x5b], [0x7d], [0x5c]].map((b) => Uint8Array.from(b)),
+      ),
+    ),
   }),
   fc.record({ kind: fc.constant('delete' as const), at: fc.nat(), length: fc.integer({ min: 1, max: 16 }) }),
   fc.record({ kind: fc.constant('overwrite' as const), at: fc.nat(), byte: fc.nat(255) }),
@@ -343,21 +382,43 @@ const httpReply = fc.oneof(
   {
     arbitrary: fc
       .record({
-        status: fc.oneof(fc.constantFrom('200', '500', '404', '100', '204', '999', '000', '20', '2000', '-1', 'abc'), fc.nat(999).map(String)),
+        status: fc.oneof(
+          fc.constantFrom('200', '500', '404', '100', '204', '999', '000', '20', '2000', '-1', 'abc'),
+          fc.nat(999).map(String),
+        ),
         headers: fc.array(
           fc.oneof(
-            fc.constantFrom('Content-Length: 5', 'Content-Length: 0', 'Content-Length: -1', 'Content-Length: 99999999999999999999', 'Content-Length: 1048577', 'Transfer-Encoding: chunked', 'Transfer-Encoding: gzip', 'Connection: close', 'X'),
+            fc.constantFrom(
+              'Content-Length: 5',
+              'Content-Length: 0',
+              'Content-Length: -1',
+              'Content-Length: 99999999999999999999',
+              'Content-Length: 1048577',
+              'Transfer-Encoding: chunked',
+              'Transfer-Encoding: gzip',
+              'Connection: close',
+              'X',
+            ),
             fc.tuple(fc.string({ maxLength: 10 }), fc.string({ maxLength: 20 })).map(([k, v]) => `${k}: ${v}`),
           ),
           { maxLength: 4 },
         ),
         body: fc.oneof(
           fc.string({ unit: 'binary', maxLength: 50 }),
-          fc.constantFrom('5\r\nhello\r\n0\r\n\r\n', 'ffffffffffffffff\r\n', 'zz\r\n', '5\r\nhelloXX', '0\r\n', '1\r\nx\r\n0\r\nTrailer: y\r\n\r\n'),
+          fc.constantFrom(
+            '5\r\nhello\r\n0\r\n\r\n',
+            'ffffffffffffffff\r\n',
+            'zz\r\n',
+            '5\r\nhelloXX',
+            '0\r\n',
+            '1\r\nx\r\n0\r\nTrailer: y\r\n\r\n',
+          ),
         ),
         separator: fc.constantFrom('\r\n', '\n'),
       })
-      .map(({ status, headers, body, separator }) => Buffer.from(`HTTP/1.1 ${status} X${separator}${headers.map((h) => `${h}${separator}`).join('')}${separator}${body}`)),
+      .map(({ status, headers, body, separator }) =>
+        Buffer.from(`HTTP/1.1 ${status} X${separator}${headers.map((h) => `${h}${separator}`).join('')}${separator}${body}`),
+      ),
     weight: 5,
   },
 );
@@ -460,26 +521,106 @@ describe('fuzz: the istio-cni plugin binary', () => {
 
   describe('explicit hostile cases', () => {
     const cases: Array<[string, Record<string, string | undefined>, () => Buffer, number | undefined]> = [
-      ['nesting 200000 deep in prevResult (was a stack overflow)', GOOD_ENV, () => Buffer.from(JSON.stringify(netconf(runDir)).replace(/}$/, `,"prevResult":{"x":${'['.repeat(200_000)}${']'.repeat(200_000)}}}`)), 6],
-      ['nesting 200000 deep in enablement_selectors (was a stack overflow)', { ...GOOD_ENV, CNI_COMMAND: 'DEL' }, () => Buffer.from(JSON.stringify(netconf(runDir)).replace(/}$/, `,"enablement_selectors":${'['.repeat(200_000)}${']'.repeat(200_000)}}`)), 6],
+      [
+        'nesting 200000 deep in prevResult (was a stack overflow)',
+        GOOD_ENV,
+        () =>
+          Buffer.from(JSON.stringify(netconf(runDir)).replace(/}$/, `,"prevResult":{"x":${'['.repeat(200_000)}${']'.repeat(200_000)}}}`)),
+        6,
+      ],
+      [
+        'nesting 200000 deep in enablement_selectors (was a stack overflow)',
+        { ...GOOD_ENV, CNI_COMMAND: 'DEL' },
+        () =>
+          Buffer.from(
+            JSON.stringify(netconf(runDir)).replace(/}$/, `,"enablement_selectors":${'['.repeat(200_000)}${']'.repeat(200_000)}}`),
+          ),
+        6,
+      ],
       ['17 MiB of stdin', GOOD_ENV, () => Buffer.alloc(17 << 20, 0x20), 6],
       ['a 1 MB network name', GOOD_ENV, () => Buffer.from(JSON.stringify(netconf(runDir, { name: 'n'.repeat(1 << 20) }))), 7],
-      ['invalid UTF-8 in a string', GOOD_ENV, () => withBytes(JSON.stringify(netconf(runDir, { pod_namespace: 'MARK' })), 'MARK', [0x61, 0xff, 0xc0, 0xaf]), 6],
-      ['a UTF-16 surrogate encoded in UTF-8', GOOD_ENV, () => withBytes(JSON.stringify(netconf(runDir, { name: 'MARK' })), 'MARK', [0xed, 0xa0, 0x80]), 6],
-      ['NUL inside an address', GOOD_ENV, () => Buffer.from(JSON.stringify(netconf(runDir, { prevResult: { ...PREV_RESULT, ips: [{ address: '10.0.0.1\u0000junk/24' }] } }))), 7],
-      ['an interface index past 2^53', GOOD_ENV, () => Buffer.from(JSON.stringify(netconf(runDir, { prevResult: { ...PREV_RESULT, ips: [{ address: '10.0.0.1/24', interface: 1 }] } })).replace('"interface":1', '"interface":9007199254740993')), 7],
+      [
+        'invalid UTF-8 in a string',
+        GOOD_ENV,
+        () => withBytes(JSON.stringify(netconf(runDir, { pod_namespace: 'MARK' })), 'MARK', [0x61, 0xff, 0xc0, 0xaf]),
+        6,
+      ],
+      [
+        'a UTF-16 surrogate encoded in UTF-8',
+        GOOD_ENV,
+        () => withBytes(JSON.stringify(netconf(runDir, { name: 'MARK' })), 'MARK', [0xed, 0xa0, 0x80]),
+        6,
+      ],
+      [
+        'NUL inside an address',
+        GOOD_ENV,
+        () => Buffer.from(JSON.stringify(netconf(runDir, { prevResult: { ...PREV_RESULT, ips: [{ address: '10.0.0.1\u0000junk/24' }] } }))),
+        7,
+      ],
+      [
+        'an interface index past 2^53',
+        GOOD_ENV,
+        () =>
+          Buffer.from(
+            JSON.stringify(netconf(runDir, { prevResult: { ...PREV_RESULT, ips: [{ address: '10.0.0.1/24', interface: 1 }] } })).replace(
+              '"interface":1',
+              '"interface":9007199254740993',
+            ),
+          ),
+        7,
+      ],
       ['a relative run dir', GOOD_ENV, () => Buffer.from(JSON.stringify(netconf('relative/run'))), 7],
       ['a run dir with NUL', GOOD_ENV, () => Buffer.from(JSON.stringify(netconf(`${runDir}\u0000/x`))), 7],
-      ['interface name "eth0; flush ruleset"', { ...GOOD_ENV, CNI_IFNAME: 'eth0; flush ruleset' }, () => Buffer.from(JSON.stringify(netconf(runDir))), 4],
+      [
+        'interface name "eth0; flush ruleset"',
+        { ...GOOD_ENV, CNI_IFNAME: 'eth0; flush ruleset' },
+        () => Buffer.from(JSON.stringify(netconf(runDir))),
+        4,
+      ],
       ['a container ID with a quote', { ...GOOD_ENV, CNI_CONTAINERID: 'abc"def' }, () => Buffer.from(JSON.stringify(netconf(runDir))), 4],
       ['a relative netns', { ...GOOD_ENV, CNI_NETNS: 'var/run/netns/x' }, () => Buffer.from(JSON.stringify(netconf(runDir))), 4],
-      ['a netns escaping with ..', { ...GOOD_ENV, CNI_NETNS: '/var/run/netns/../../../etc/passwd' }, () => Buffer.from(JSON.stringify(netconf(runDir))), 4],
-      ['a pod name with a newline', { ...GOOD_ENV, CNI_ARGS: cniArgs({ ...POD, name: 'web\nx' }) }, () => Buffer.from(JSON.stringify(netconf(runDir))), 4],
-      ['a 100 KB pod name', { ...GOOD_ENV, CNI_ARGS: cniArgs({ ...POD, name: 'a'.repeat(100_000) }) }, () => Buffer.from(JSON.stringify(netconf(runDir))), 4],
-      ['an upper-case namespace', { ...GOOD_ENV, CNI_ARGS: cniArgs({ ...POD, namespace: 'Shop' }) }, () => Buffer.from(JSON.stringify(netconf(runDir))), 4],
-      ['a pod UID with a slash', { ...GOOD_ENV, CNI_ARGS: cniArgs({ ...POD, uid: '../x' }) }, () => Buffer.from(JSON.stringify(netconf(runDir))), 4],
-      ['duplicate keys: the last one counts', { ...GOOD_ENV, CNI_ARGS: `${cniArgs(POD)};K8S_POD_NAME=Bad_Name` }, () => Buffer.from(JSON.stringify(netconf(runDir))), 4],
-      ['duplicate keys ending valid', { ...GOOD_ENV, CNI_ARGS: `K8S_POD_NAME=Bad_Name;${cniArgs(POD)}` }, () => Buffer.from(JSON.stringify(netconf(runDir))), undefined],
+      [
+        'a netns escaping with ..',
+        { ...GOOD_ENV, CNI_NETNS: '/var/run/netns/../../../etc/passwd' },
+        () => Buffer.from(JSON.stringify(netconf(runDir))),
+        4,
+      ],
+      [
+        'a pod name with a newline',
+        { ...GOOD_ENV, CNI_ARGS: cniArgs({ ...POD, name: 'web\nx' }) },
+        () => Buffer.from(JSON.stringify(netconf(runDir))),
+        4,
+      ],
+      [
+        'a 100 KB pod name',
+        { ...GOOD_ENV, CNI_ARGS: cniArgs({ ...POD, name: 'a'.repeat(100_000) }) },
+        () => Buffer.from(JSON.stringify(netconf(runDir))),
+        4,
+      ],
+      [
+        'an upper-case namespace',
+        { ...GOOD_ENV, CNI_ARGS: cniArgs({ ...POD, namespace: 'Shop' }) },
+        () => Buffer.from(JSON.stringify(netconf(runDir))),
+        4,
+      ],
+      [
+        'a pod UID with a slash',
+        { ...GOOD_ENV, CNI_ARGS: cniArgs({ ...POD, uid: '../x' }) },
+        () => Buffer.from(JSON.stringify(netconf(runDir))),
+        4,
+      ],
+      [
+        'duplicate keys: the last one counts',
+        { ...GOOD_ENV, CNI_ARGS: `${cniArgs(POD)};K8S_POD_NAME=Bad_Name` },
+        () => Buffer.from(JSON.stringify(netconf(runDir))),
+        4,
+      ],
+      [
+        'duplicate keys ending valid',
+        { ...GOOD_ENV, CNI_ARGS: `K8S_POD_NAME=Bad_Name;${cniArgs(POD)}` },
+        () => Buffer.from(JSON.stringify(netconf(runDir))),
+        undefined,
+      ],
     ];
     it.each(cases)('%s', async (_label, env, stdin, code) => {
       const run = await runPluginBytes(env, stdin());

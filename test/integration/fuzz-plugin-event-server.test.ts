@@ -85,9 +85,20 @@ const bodyArb: fc.Arbitrary<Uint8Array> = fc.oneof(
   { arbitrary: fc.jsonValue({ maxDepth: 3 }).map(json), weight: 1 },
   { arbitrary: fc.uint8Array({ maxLength: 300 }), weight: 2 },
   // valid JSON text with invalid UTF-8 inside a string
-  { arbitrary: fc.constantFrom([0xff], [0xc0, 0xaf], [0xed, 0xa0, 0x80]).map((b) => Buffer.concat([Buffer.from('{"PodName":"'), Buffer.from(b), Buffer.from('"}')])), weight: 1 },
+  {
+    arbitrary: fc
+      .constantFrom([0xff], [0xc0, 0xaf], [0xed, 0xa0, 0x80])
+      .map((b) => Buffer.concat([Buffer.from('{"PodName":"'), Buffer.from(b), Buffer.from('"}')])),
+    weight: 1,
+  },
   // truncated good bodies
-  { arbitrary: fc.nat().map((n) => { const b = json(GOOD_ADD); return b.subarray(0, n % b.length); }), weight: 1 },
+  {
+    arbitrary: fc.nat().map((n) => {
+      const b = json(GOOD_ADD);
+      return b.subarray(0, n % b.length);
+    }),
+    weight: 1,
+  },
   { arbitrary: fc.integer({ min: 1_000, max: 20_000 }).map((n) => Buffer.from('['.repeat(n) + ']'.repeat(n))), weight: 1 },
 );
 
@@ -120,32 +131,39 @@ describe('fuzz: the plugin-event server', () => {
     received.length = 0;
   };
 
-  it('arbitrary bodies: 200 exactly when the parser accepts them (and the handler got that event), else 400 with a reason', fuzzTest(), async () => {
-    let ok = 0;
-    await fc.assert(
-      fc.asyncProperty(fc.constantFrom('/cmdadd', '/cmddel', '/cmdcheck'), bodyArb, fc.boolean(), async (path, body, contentLength) => {
-        received.length = 0;
-        const reply = await send(socketPath, { path, body, contentLength });
-        const expected = expectedEvent(path, body);
-        if (expected === undefined) {
-          expect(reply.status, reply.body).toBe(400);
-          expect(reply.body.length).toBeGreaterThan(0);
-          expect(reply.body.length).toBeLessThan(400);
-          expect(received).toEqual([]);
-        } else {
-          ok++;
-          expect(reply).toEqual({ status: 200, body: '' });
-          expect(received).toEqual([{ route: path, event: expected }]);
-        }
-      }),
-      fuzzParams(400),
-    );
-    expect(ok).toBeGreaterThan(0);
-    await stillServes();
-  });
+  it(
+    'arbitrary bodies: 200 exactly when the parser accepts them (and the handler got that event), else 400 with a reason',
+    fuzzTest(),
+    async () => {
+      let ok = 0;
+      await fc.assert(
+        fc.asyncProperty(fc.constantFrom('/cmdadd', '/cmddel', '/cmdcheck'), bodyArb, fc.boolean(), async (path, body, contentLength) => {
+          received.length = 0;
+          const reply = await send(socketPath, { path, body, contentLength });
+          const expected = expectedEvent(path, body);
+          if (expected === undefined) {
+            expect(reply.status, reply.body).toBe(400);
+            expect(reply.body.length).toBeGreaterThan(0);
+            expect(reply.body.length).toBeLessThan(400);
+            expect(received).toEqual([]);
+          } else {
+            ok++;
+            expect(reply).toEqual({ status: 200, body: '' });
+            expect(received).toEqual([{ route: path, event: expected }]);
+          }
+        }),
+        fuzzParams(400),
+      );
+      expect(ok).toBeGreaterThan(0);
+      await stillServes();
+    },
+  );
 
   it('wrong methods and paths: 404/405, and the per-route counters do not grow with invented paths', fuzzTest(), async () => {
-    const path = fc.oneof(fc.constantFrom('/cmdadd', '/cmddel', '/cmdcheck', '/', '/cmdadd/', '/CMDADD', '/cmdadd?x=1', '//cmdadd'), fc.webPath().map((p) => `/${p.replace(/^\/+/, '')}`));
+    const path = fc.oneof(
+      fc.constantFrom('/cmdadd', '/cmddel', '/cmdcheck', '/', '/cmdadd/', '/CMDADD', '/cmdadd?x=1', '//cmdadd'),
+      fc.webPath().map((p) => `/${p.replace(/^\/+/, '')}`),
+    );
     const method = fc.constantFrom('GET', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'POST');
     await fc.assert(
       fc.asyncProperty(method, path, async (m, p) => {
@@ -169,7 +187,13 @@ describe('fuzz: the plugin-event server', () => {
         fc.oneof(
           fc.uint8Array({ maxLength: 500 }),
           fc.string({ maxLength: 200 }).map((s) => Buffer.from(`POST /cmdadd HTTP/1.1\r\n${s}\r\n\r\n`)),
-          fc.constantFrom('POST /cmdadd HTTP/1.1\r\nContent-Length: -1\r\n\r\n', 'POST /cmdadd HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n', 'POST /cmdadd HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n').map((s) => Buffer.from(s)),
+          fc
+            .constantFrom(
+              'POST /cmdadd HTTP/1.1\r\nContent-Length: -1\r\n\r\n',
+              'POST /cmdadd HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n',
+              'POST /cmdadd HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n',
+            )
+            .map((s) => Buffer.from(s)),
         ),
         async (bytes) => {
           await new Promise<void>((resolve) => {
@@ -231,7 +255,11 @@ describe('fuzz: the plugin-event server', () => {
     it('exactly 64 KiB is still read (and judged on its content)', async () => {
       const body = Buffer.from(JSON.stringify({ ...GOOD_ADD, X: '' }));
       // {..., "X":"xxxx...x"}: the padding goes inside the last string
-      const padded = Buffer.concat([body.subarray(0, body.length - 2), Buffer.alloc(64 * 1024 - body.length, 0x78), body.subarray(body.length - 2)]);
+      const padded = Buffer.concat([
+        body.subarray(0, body.length - 2),
+        Buffer.alloc(64 * 1024 - body.length, 0x78),
+        body.subarray(body.length - 2),
+      ]);
       expect(padded.length).toBe(64 * 1024);
       expect((await send(socketPath, { path: '/cmdadd', body: padded })).status).toBe(200);
       expect((await send(socketPath, { path: '/cmdadd', body: padded, contentLength: false })).status).toBe(200);

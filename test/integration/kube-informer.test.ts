@@ -15,7 +15,11 @@ import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';
 
 const NODE = 'node-a';
 
-const pod = (name: string, nodeName = NODE, extra: { labels?: Record<string, string>; status?: Record<string, unknown>; namespace?: string } = {}): FakeObject => ({
+const pod = (
+  name: string,
+  nodeName = NODE,
+  extra: { labels?: Record<string, string>; status?: Record<string, unknown>; namespace?: string } = {},
+): FakeObject => ({
   metadata: { name, namespace: extra.namespace ?? 'default', labels: extra.labels ?? { app: name } },
   spec: { nodeName, containers: [{ name: 'c', image: 'busybox' }] },
   status: extra.status ?? { phase: 'Pending' },
@@ -45,7 +49,11 @@ function record(informer: ResilientInformer<V1Pod>) {
   return { events, updates, errors, errorTimes, connection };
 }
 
-const names = (informer: ResilientInformer<V1Pod>): string[] => informer.list().map((p) => p.metadata!.name!).sort();
+const names = (informer: ResilientInformer<V1Pod>): string[] =>
+  informer
+    .list()
+    .map((p) => p.metadata!.name!)
+    .sort();
 
 /** Lets in-flight events arrive, to check that nothing more (e.g. a duplicate) comes. */
 const settle = (ms = 300): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -88,7 +96,11 @@ describe('ResilientInformer against the fake API server', () => {
 
   /** Requests the informer made after `from` (index into api.requests), as "LIST"/"WATCH@rv". */
   const requestsSince = (from: number): string[] =>
-    api.requests.slice(from).map((r) => (r.watch ? `WATCH@${r.query['resourceVersion'] ?? ''}${r.expired ? ' (410)' : ''}` : `${r.method === 'GET' ? 'LIST' : r.method}`));
+    api.requests
+      .slice(from)
+      .map((r) =>
+        r.watch ? `WATCH@${r.query['resourceVersion'] ?? ''}${r.expired ? ' (410)' : ''}` : `${r.method === 'GET' ? 'LIST' : r.method}`,
+      );
 
   it('syncs this node’s pods into the cache, in the watch (wire) shape', async () => {
     api.upsertPod(pod('a'));
@@ -108,10 +120,18 @@ describe('ResilientInformer against the fake API server', () => {
     expect(informer.get('other', 'b')).toEqual(api.pod('other', 'b'));
     expect(typeof informer.get('default', 'a')!.metadata!.creationTimestamp).toBe('string');
     expect(informer.get('default', 'elsewhere')).toBeUndefined();
-    expect(api.requests[0]).toMatchObject({ method: 'GET', path: '/api/v1/pods', watch: false, query: { fieldSelector: 'spec.nodeName=node-a' } });
+    expect(api.requests[0]).toMatchObject({
+      method: 'GET',
+      path: '/api/v1/pods',
+      watch: false,
+      query: { fieldSelector: 'spec.nodeName=node-a' },
+    });
     // The watch asks for bookmarks and a server-side timeout, with the field selector.
     await waitFor(() => expect(api.activeWatches()).toBe(1));
-    expect(api.requests[1]).toMatchObject({ watch: true, query: { fieldSelector: 'spec.nodeName=node-a', allowWatchBookmarks: 'true', resourceVersion: '3' } });
+    expect(api.requests[1]).toMatchObject({
+      watch: true,
+      query: { fieldSelector: 'spec.nodeName=node-a', allowWatchBookmarks: 'true', resourceVersion: '3' },
+    });
     expect(Number(api.requests[1]!.query['timeoutSeconds'])).toBeGreaterThanOrEqual(300);
   });
 
@@ -232,7 +252,12 @@ describe('ResilientInformer against the fake API server', () => {
     const before = api.requests.length;
     api.cutWatches();
     api.setPodPhase('default', 'a', 'Running');
-    await waitFor(() => expect(events).toEqual([['add', 'a', '1'], ['update', 'a', '1->2']]));
+    await waitFor(() =>
+      expect(events).toEqual([
+        ['add', 'a', '1'],
+        ['update', 'a', '1->2'],
+      ]),
+    );
     expect(errors[0]).toMatchObject({ code: 'ERR_STREAM_PREMATURE_CLOSE' });
     expect(informer.lastError).toBe(errors[0]);
     expect(requestsSince(before)).toEqual(['WATCH@1']);
@@ -250,7 +275,11 @@ describe('ResilientInformer against the fake API server', () => {
     api.cutWatches();
     api.upsertPod(pod('b'));
     await waitFor(() => expect(events.at(-1)).toEqual(['add', 'b', '2']));
-    expect(errors.map((e) => (e as { statusCode?: number; code?: unknown }).statusCode ?? (e as { code?: unknown }).code)).toEqual(['ERR_STREAM_PREMATURE_CLOSE', 500, 500]);
+    expect(errors.map((e) => (e as { statusCode?: number; code?: unknown }).statusCode ?? (e as { code?: unknown }).code)).toEqual([
+      'ERR_STREAM_PREMATURE_CLOSE',
+      500,
+      500,
+    ]);
   });
 
   it('retries a failed initial list until it succeeds', async () => {
@@ -308,7 +337,12 @@ describe('ResilientInformer against the fake API server', () => {
     await informer.synced();
     await waitFor(() => expect(api.activeWatches()).toBe(1));
     api.upsertPod(pod('b'));
-    await waitFor(() => expect(events).toEqual([['add', 'a', '1'], ['add', 'b', '2']]));
+    await waitFor(() =>
+      expect(events).toEqual([
+        ['add', 'a', '1'],
+        ['add', 'b', '2'],
+      ]),
+    );
     expect(informer.connected).toBe(true);
   });
 
@@ -317,7 +351,9 @@ describe('ResilientInformer against the fake API server', () => {
     const informer = new ResilientInformer<V1Namespace>({ kc, path: '/api/v1/namespaces', list: () => core.listNamespace(), resyncMs: 0 });
     informers.push(informer);
     const updates: Array<[string | undefined, string | undefined]> = [];
-    informer.on('update', (o, n) => updates.push([o.metadata?.labels?.['istio.io/dataplane-mode'], n.metadata?.labels?.['istio.io/dataplane-mode']]));
+    informer.on('update', (o, n) =>
+      updates.push([o.metadata?.labels?.['istio.io/dataplane-mode'], n.metadata?.labels?.['istio.io/dataplane-mode']]),
+    );
     informer.start();
     await informer.synced();
     expect(informer.get('', 'default')).toEqual(api.namespace('default'));
@@ -361,8 +397,16 @@ describe('ResilientInformer against the fake API server', () => {
     });
     await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
     const silentKc = new KubeConfig();
-    silentKc.loadFromClusterAndUser({ name: 'silent', server: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, skipTLSVerify: true }, { name: 'u' });
-    const hanging = new ResilientInformer<V1Pod>({ kc: silentKc, path: '/api/v1/pods', list: () => core.listPodForAllNamespaces(), resyncMs: 0 });
+    silentKc.loadFromClusterAndUser(
+      { name: 'silent', server: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, skipTLSVerify: true },
+      { name: 'u' },
+    );
+    const hanging = new ResilientInformer<V1Pod>({
+      kc: silentKc,
+      path: '/api/v1/pods',
+      list: () => core.listPodForAllNamespaces(),
+      resyncMs: 0,
+    });
     hanging.start(); // lists from the fake (core), watches the silent server
     await hanging.synced();
     await waitFor(() => expect(sockets.size).toBe(1));
@@ -530,11 +574,16 @@ describe('KubeApi and kubeconfig loading', () => {
     expect(inCluster.getCurrentUser()?.authProvider?.config?.tokenFile).toBe(join(saPrefix, SERVICE_ACCOUNT_TOKEN_PATH));
     expect(kubeAvailable(env, { serviceAccountPrefix: saPrefix })).toBe(true);
 
-    const fromEnv = loadKubeConfig({ env: { KUBECONFIG: `${join(dir, 'missing')}:${api.kubeconfigPath}` }, serviceAccountPrefix: saPrefix })!;
+    const fromEnv = loadKubeConfig({
+      env: { KUBECONFIG: `${join(dir, 'missing')}:${api.kubeconfigPath}` },
+      serviceAccountPrefix: saPrefix,
+    })!;
     expect(fromEnv.getCurrentCluster()?.server).toBe(api.url);
     expect(kubeAvailable({ KUBECONFIG: join(dir, 'missing') }, { serviceAccountPrefix: saPrefix })).toBe(false);
     // The explicit path wins over in-cluster; a missing explicit path is an error, not "standalone".
-    expect(loadKubeConfig({ kubeconfig: api.kubeconfigPath, env, serviceAccountPrefix: saPrefix })!.getCurrentCluster()?.server).toBe(api.url);
+    expect(loadKubeConfig({ kubeconfig: api.kubeconfigPath, env, serviceAccountPrefix: saPrefix })!.getCurrentCluster()?.server).toBe(
+      api.url,
+    );
     expect(() => loadKubeConfig({ kubeconfig: join(dir, 'missing') })).toThrow(/does not exist/);
   });
 });

@@ -42,13 +42,28 @@ class FakeHost {
   }
 }
 
-function podObject(name: string, opts: { ns?: string; labels?: Record<string, string>; annotations?: Record<string, string>; ips?: string[]; hostNetwork?: boolean; node?: string } = {}): FakeObject {
+function podObject(
+  name: string,
+  opts: {
+    ns?: string;
+    labels?: Record<string, string>;
+    annotations?: Record<string, string>;
+    ips?: string[];
+    hostNetwork?: boolean;
+    node?: string;
+  } = {},
+): FakeObject {
   const ips = opts.ips ?? [`10.0.0.${name.length + 10}`];
   return {
     apiVersion: 'v1',
     kind: 'Pod',
     metadata: { name, namespace: opts.ns ?? 'shop', uid: `uid-${name}`, labels: opts.labels ?? {}, annotations: opts.annotations ?? {} },
-    spec: { nodeName: opts.node ?? NODE, serviceAccountName: `sa-${name}`, hostNetwork: opts.hostNetwork ?? false, containers: [{ name: 'app', image: 'app' }] },
+    spec: {
+      nodeName: opts.node ?? NODE,
+      serviceAccountName: `sa-${name}`,
+      hostNetwork: opts.hostNetwork ?? false,
+      containers: [{ name: 'app', image: 'app' }],
+    },
     status: { phase: 'Running', podIP: ips[0], podIPs: ips.map((ip) => ({ ip })) },
   } as FakeObject;
 }
@@ -88,7 +103,16 @@ describe('Kubernetes mode', () => {
     };
     const a = new Agent(config, {
       addon,
-      makeMode: (deps) => new KubernetesMode(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host, finder }),
+      makeMode: (deps) =>
+        new KubernetesMode(deps, {
+          kc,
+          nodeName: NODE,
+          systemNamespace: 'istio-system',
+          daemonSetName: 'istio-cni-node',
+          disableSafeUpgrade: false,
+          host,
+          finder,
+        }),
       ...(addAnswerMs ? { addAnswerMs } : {}),
     });
     await a.start();
@@ -114,7 +138,22 @@ describe('Kubernetes mode', () => {
     host = new FakeHost();
     netns.clear();
     config = loadAgentConfig(
-      ['--run-dir', join(dir, 'run'), '--zds-socket', join(dir, 'z.sock'), '--netns-root', '', '--health-port', '0', '--metrics-port', '0', '--ipv6', 'false', '--exclude-namespaces', 'kube-system'],
+      [
+        '--run-dir',
+        join(dir, 'run'),
+        '--zds-socket',
+        join(dir, 'z.sock'),
+        '--netns-root',
+        '',
+        '--health-port',
+        '0',
+        '--metrics-port',
+        '0',
+        '--ipv6',
+        'false',
+        '--exclude-namespaces',
+        'kube-system',
+      ],
       {},
     );
     api.upsertNamespace({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop', labels: {} } } as FakeObject);
@@ -263,7 +302,10 @@ describe('Kubernetes mode', () => {
     expect(await postUnix(sock, '/cmdadd', event('ghost'))).toEqual({ status: 200, body: '' });
     labelNamespace(AMBIENT);
     await until(() => running().includes('uid-plain'), 'namespace label enrolls the plain pod');
-    expect(await postUnix(sock, '/cmdadd', event('ghost'))).toMatchObject({ status: 500, body: expect.stringContaining('not found in the informer cache') });
+    expect(await postUnix(sock, '/cmdadd', event('ghost'))).toMatchObject({
+      status: 500,
+      body: expect.stringContaining('not found in the informer cache'),
+    });
   });
 
   it('CNI ADD across a ztunnel restart: waits for the new ztunnel and succeeds (enabled, never pending), counted as an add that waited', async () => {
@@ -273,7 +315,12 @@ describe('Kubernetes mode', () => {
     const first = await connectZtunnel();
     first.close();
     await until(() => agent!.zds.connections().length === 0, 'the old ztunnel gone');
-    const event = { Netns: '/var/run/netns/restart', PodName: 'restart', PodNamespace: 'shop', IPs: [{ Interface: 2, Address: { IP: '10.9.9.7', Mask: '////AA==' }, Gateway: '' }] };
+    const event = {
+      Netns: '/var/run/netns/restart',
+      PodName: 'restart',
+      PodNamespace: 'shop',
+      IPs: [{ Interface: 2, Address: { IP: '10.9.9.7', Mask: '////AA==' }, Gateway: '' }],
+    };
     const adding = postUnix(join(config.runDir, 'pluginevent.sock'), '/cmdadd', event);
     await new Promise((r) => setTimeout(r, 300));
     const second = await connectZtunnel();
@@ -281,7 +328,9 @@ describe('Kubernetes mode', () => {
     expect(second.messages.filter((m) => m.uid === 'uid-restart').map((m) => m.kind)).toEqual(['add']); // in its snapshot, once
     expect(annotation('restart')).toBe('enabled');
     expect(host.enrolled.get('uid-restart')).toEqual(['10.9.9.7']);
-    expect(await agent!.metrics.registry.getSingleMetricAsString('ambient_node_agent_ztunnel_waits_total')).toContain('{result="enrolled"} 1');
+    expect(await agent!.metrics.registry.getSingleMetricAsString('ambient_node_agent_ztunnel_waits_total')).toContain(
+      '{result="enrolled"} 1',
+    );
   });
 
   it('CNI ADD is answered before the plugin gives up when ztunnel is slow; the enrolment carries on', async () => {
@@ -290,7 +339,12 @@ describe('Kubernetes mode', () => {
     await startAgent(150);
     ztunnel = await FakeZtunnel.connect(config.zdsSocket, { ackDelayFor: (req) => ('add' in req ? 400 : undefined) });
     await ztunnel.waitFor(() => ztunnel!.snapshotSent);
-    const event = { Netns: '/var/run/netns/slow', PodName: 'slow', PodNamespace: 'shop', IPs: [{ Interface: 2, Address: { IP: '10.9.9.8', Mask: '////AA==' }, Gateway: '' }] };
+    const event = {
+      Netns: '/var/run/netns/slow',
+      PodName: 'slow',
+      PodNamespace: 'shop',
+      IPs: [{ Interface: 2, Address: { IP: '10.9.9.8', Mask: '////AA==' }, Gateway: '' }],
+    };
     const res = await postUnix(join(config.runDir, 'pluginevent.sock'), '/cmdadd', event);
     expect(res).toMatchObject({ status: 500, body: expect.stringContaining('not enrolled within 150 ms') });
     await until(() => running().includes('uid-slow') && annotation('slow') === 'enabled', 'the late enrolment completes');
@@ -334,14 +388,20 @@ describe('Kubernetes mode', () => {
 
   it('keeps the plugin fallback file current from the namespace informer', async () => {
     await startAgent();
-    const read = (): { namespaces: string[] } => JSON.parse(readFileSync(join(config.runDir, 'ambient-enablement.json'), 'utf8')) as { namespaces: string[] };
+    const read = (): { namespaces: string[] } =>
+      JSON.parse(readFileSync(join(config.runDir, 'ambient-enablement.json'), 'utf8')) as { namespaces: string[] };
     expect(read().namespaces).toEqual([]); // kube-system is labelled but excluded
     labelNamespace(AMBIENT);
     await until(() => read().namespaces.includes('shop'), 'file updated');
   });
 
   it('on SIGTERM keeps everything while the DaemonSet exists, and cleans up when it is gone', async () => {
-    api.setDaemonSet('istio-system', { apiVersion: 'apps/v1', kind: 'DaemonSet', metadata: { name: 'istio-cni-node', namespace: 'istio-system' }, spec: {} } as FakeObject);
+    api.setDaemonSet('istio-system', {
+      apiVersion: 'apps/v1',
+      kind: 'DaemonSet',
+      metadata: { name: 'istio-cni-node', namespace: 'istio-system' },
+      spec: {},
+    } as FakeObject);
     config = { ...config, podNamespace: 'istio-system' };
     await startAgent();
     await agent!.stop();

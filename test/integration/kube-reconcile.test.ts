@@ -73,12 +73,25 @@ describe('Kubernetes mode: live reconciliation', () => {
     };
     agent = new Agent(config, {
       addon,
-      makeMode: (deps) => new KubernetesMode(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host: fakeHost, finder }),
+      makeMode: (deps) =>
+        new KubernetesMode(deps, {
+          kc,
+          nodeName: NODE,
+          systemNamespace: 'istio-system',
+          daemonSetName: 'istio-cni-node',
+          disableSafeUpgrade: false,
+          host: fakeHost,
+          finder,
+        }),
     });
     await agent.start();
     ztunnel = await FakeZtunnel.connect(config.zdsSocket);
     await ztunnel.waitFor(() => ztunnel!.snapshotSent);
-    api.upsertNamespace({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop', labels: { 'istio.io/dataplane-mode': 'ambient' } } } as FakeObject);
+    api.upsertNamespace({
+      apiVersion: 'v1',
+      kind: 'Namespace',
+      metadata: { name: 'shop', labels: { 'istio.io/dataplane-mode': 'ambient' } },
+    } as FakeObject);
     await until(() => annotation(name) === 'enabled', `${name} enabled`);
     await until(() => agent!.reconciler.status(`uid-${name}`)?.watched === true, `${name} watched`);
   }
@@ -90,7 +103,20 @@ describe('Kubernetes mode: live reconciliation', () => {
     addon = new FakeNetAddon({ realFds: true });
     sandboxOf.clear();
     config = loadAgentConfig(
-      ['--run-dir', join(dir, 'run'), '--zds-socket', join(dir, 'z.sock'), '--netns-root', '', '--health-port', '0', '--metrics-port', '0', '--ipv6', 'false'],
+      [
+        '--run-dir',
+        join(dir, 'run'),
+        '--zds-socket',
+        join(dir, 'z.sock'),
+        '--netns-root',
+        '',
+        '--health-port',
+        '0',
+        '--metrics-port',
+        '0',
+        '--ipv6',
+        'false',
+      ],
       {},
     );
     api.upsertNamespace({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop', labels: {} } } as FakeObject);
@@ -113,7 +139,8 @@ describe('Kubernetes mode: live reconciliation', () => {
     const applied = ns.nftScripts.length;
     // Someone changes the pod's nftables, and every nft operation there now fails.
     ns.nftGeneration++;
-    addon.failOn = (step, target) => (target === '/var/run/netns/web' && (step.op === 'nft' || step.op === 'nftBatch') ? new Error('EPERM: nft refused') : undefined);
+    addon.failOn = (step, target) =>
+      target === '/var/run/netns/web' && (step.op === 'nft' || step.op === 'nftBatch') ? new Error('EPERM: nft refused') : undefined;
     addon.notify('/var/run/netns/web');
     await until(() => annotation('web') === 'pending', 'annotation pending');
     expect(agent!.reconciler.status('uid-web')).toMatchObject({ failing: true });
@@ -146,7 +173,10 @@ describe('Kubernetes mode: live reconciliation', () => {
     await until(() => agent!.registry.netnsOf('uid-api')?.ino === fresh.ino, 're-enrolled with the new netns');
     expect(oldHandle.closed).toBe(true);
     expect(fresh.nftScripts).toHaveLength(1); // the rules went into the new netns
-    await until(() => ztunnel!.messages.filter((m) => m.kind === 'add' && m.uid === 'uid-api').length === addsBefore + 1, 'ztunnel got the new netns');
+    await until(
+      () => ztunnel!.messages.filter((m) => m.kind === 'add' && m.uid === 'uid-api').length === addsBefore + 1,
+      'ztunnel got the new netns',
+    );
     await until(() => agent!.reconciler.status('uid-api')?.watched === true, 'the new netns is watched');
     expect(annotation('api')).toBe('enabled');
   });

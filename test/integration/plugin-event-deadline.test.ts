@@ -37,7 +37,17 @@ describe('plugin-event server: the ADD answer deadline', () => {
           resolve();
         };
       });
-    server = new PluginEventServer(socket, { add: slow, del: async () => new Promise((r) => setTimeout(r, 120)), check: async () => undefined, ...(pendingAdd ? { pendingAdd } : {}) }, undefined, { addAnswerMs: 60 });
+    server = new PluginEventServer(
+      socket,
+      {
+        add: slow,
+        del: async () => new Promise((r) => setTimeout(r, 120)),
+        check: async () => undefined,
+        ...(pendingAdd ? { pendingAdd } : {}),
+      },
+      undefined,
+      { addAnswerMs: 60 },
+    );
     await server.start();
     return socket;
   }
@@ -57,7 +67,10 @@ describe('plugin-event server: the ADD answer deadline', () => {
 
   it('says the ADD is in progress when the source cannot tell more', async () => {
     const socket = await start(() => undefined);
-    expect(await postUnix(socket, '/cmdadd', ADD)).toEqual({ status: 500, body: 'pod shop/a not enrolled within 60 ms: it is still in progress' });
+    expect(await postUnix(socket, '/cmdadd', ADD)).toEqual({
+      status: 500,
+      body: 'pod shop/a not enrolled within 60 ms: it is still in progress',
+    });
   });
 
   it('does not bound DEL (it always succeeds for the runtime)', async () => {

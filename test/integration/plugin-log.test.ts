@@ -26,7 +26,12 @@ function capturedLogger(): { log: Logger; records: LogRecord[] } {
 
 const pluginRecords = (records: LogRecord[]): LogRecord[] => records.filter((r) => r['scope'] === 'cni-plugin');
 
-function httpUnix(socketPath: string, method: string, path: string, body?: string): Promise<{ status: number; body: string; headers: IncomingHttpHeaders }> {
+function httpUnix(
+  socketPath: string,
+  method: string,
+  path: string,
+  body?: string,
+): Promise<{ status: number; body: string; headers: IncomingHttpHeaders }> {
   return new Promise((resolve, reject) => {
     const headers: Record<string, string | number> = { 'Content-Type': 'application/json' };
     if (body !== undefined) headers['Content-Length'] = Buffer.byteLength(body);
@@ -72,7 +77,15 @@ describe('PluginLogServer', () => {
     const res = await postLog(socketPath, [
       line({ level: 'info', scope: 'cni-plugin', msg: 'pod added', pod: 'shop/web-1', container: 'c1' }),
       line({ level: 'warn', scope: 'cni-plugin', msg: 'agent unreachable  ', pod: 'shop/web-2', command: 'ADD' }),
-      line({ level: 'error', scope: 'cni-plugin', msg: 'failed', pod: 'shop/web-3', caller: 'plugin/plugin.go:123', attempt: 2, extra: { a: [1] } }),
+      line({
+        level: 'error',
+        scope: 'cni-plugin',
+        msg: 'failed',
+        pod: 'shop/web-3',
+        caller: 'plugin/plugin.go:123',
+        attempt: 2,
+        extra: { a: [1] },
+      }),
       line({ level: 'debug', scope: 'cni-plugin', msg: 'details' }),
     ]);
     expect(res.status).toBe(200);
@@ -84,7 +97,13 @@ describe('PluginLogServer', () => {
       [50, 'failed'],
       [20, 'details'],
     ]);
-    expect(out[0]).toMatchObject({ name: 'ambient-node-agent', scope: 'cni-plugin', pod: 'shop/web-1', container: 'c1', pluginTime: '2026-01-02T03:04:05.123456Z' });
+    expect(out[0]).toMatchObject({
+      name: 'ambient-node-agent',
+      scope: 'cni-plugin',
+      pod: 'shop/web-1',
+      container: 'c1',
+      pluginTime: '2026-01-02T03:04:05.123456Z',
+    });
     expect(out[1]).toMatchObject({ pod: 'shop/web-2', command: 'ADD' });
     expect(out[2]).toMatchObject({ caller: 'plugin/plugin.go:123', attempt: 2, extra: { a: [1] } });
     for (const r of out) {
@@ -101,7 +120,10 @@ describe('PluginLogServer', () => {
     // Parse the raw text too: JSON.parse keeps the last of duplicate keys, which would hide a clash.
     const raw: string[] = [];
     const destination = { write: (s: string) => void raw.push(s) };
-    const log = pino({ name: 'ambient-node-agent', level: 'debug', base: undefined, timestamp: pino.stdTimeFunctions.isoTime }, destination);
+    const log = pino(
+      { name: 'ambient-node-agent', level: 'debug', base: undefined, timestamp: pino.stdTimeFunctions.isoTime },
+      destination,
+    );
     await server?.close();
     server = new PluginLogServer(socketPath, log);
     await server.start();
@@ -355,9 +377,7 @@ describe('istio-cni plugin → agent log', () => {
     expect(out).toHaveLength(1);
     const rec = out[0] ?? {};
     expect(rec).toMatchObject({ level: 50, scope: 'cni-plugin', command: 'ADD', pod: 'shop/web-7d9c', container: CONTAINER_ID });
-    expect(rec['msg']).toBe(
-      'istio-cni cmdAdd failed to contact node Istio CNI agent: unable to push CNI event (status code 500): boom',
-    );
+    expect(rec['msg']).toBe('istio-cni cmdAdd failed to contact node Istio CNI agent: unable to push CNI event (status code 500): boom');
     expect(rec['pluginTime']).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
     // The very line the plugin wrote on stderr, fields and all.
     const stderrLine = JSON.parse(run.stderr.trim()) as LogRecord;

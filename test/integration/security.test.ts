@@ -36,7 +36,18 @@ describe('agent sockets and files are root-only', () => {
     dir = mkdtempSync(join(tmpdir(), 'agent-sec-'));
     chmodSync(dir, 0o755); // only the agent's own modes may keep others out
     config = loadAgentConfig(
-      ['--run-dir', join(dir, 'run'), '--zds-socket', join(dir, 'ztunnel', 'z.sock'), '--netns-root', '/host', '--health-port', '0', '--metrics-port', '0'],
+      [
+        '--run-dir',
+        join(dir, 'run'),
+        '--zds-socket',
+        join(dir, 'ztunnel', 'z.sock'),
+        '--netns-root',
+        '/host',
+        '--health-port',
+        '0',
+        '--metrics-port',
+        '0',
+      ],
       {},
     );
     const addon = new FakeNetAddon({ realFds: true });

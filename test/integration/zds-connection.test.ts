@@ -43,7 +43,11 @@ describe('ZdsConnection guards', () => {
   ];
   it.each(refused)('refuses %s before sending anything', async (_name, req, withFd, message) => {
     const netns = withFd ? openOwnNamespace() : undefined;
-    await expect(conn.request(req, netns)).rejects.toMatchObject({ code: 'ZDS_INVALID_MESSAGE', retryable: false, message: expect.stringMatching(message) });
+    await expect(conn.request(req, netns)).rejects.toMatchObject({
+      code: 'ZDS_INVALID_MESSAGE',
+      retryable: false,
+      message: expect.stringMatching(message),
+    });
     netns?.close();
     expect(client.messages.map((m) => m.kind)).toEqual(['snapshotSent']);
     expect(conn.state).toBe('ready');
@@ -64,7 +68,6 @@ describe('ZdsConnection guards', () => {
     expect(results.every((r) => r === '')).toBe(true);
     expect(client.messages.slice(1).map((m) => m.uid)).toEqual(uids);
   });
-
 });
 
 describe('ZdsConnection pipelining', () => {

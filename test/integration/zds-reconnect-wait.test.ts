@@ -11,7 +11,11 @@ import { FakeZtunnel, type FakeZtunnelOptions } from '../helpers/fake-ztunnel.js
 import { openOwnNamespace } from '../helpers/netns-files.js';
 
 const pod = (uid: string) => ({ uid, name: `pod-${uid}`, namespace: 'default', serviceAccount: 'sa' });
-const outcome = (p: Promise<unknown>): Promise<string> => p.then(() => 'ok', (e: Error) => e.message);
+const outcome = (p: Promise<unknown>): Promise<string> =>
+  p.then(
+    () => 'ok',
+    (e: Error) => e.message,
+  );
 
 describe('ZDS server: adds wait for a restarting ztunnel', () => {
   let dir: string;
@@ -33,7 +37,12 @@ describe('ZDS server: adds wait for a restarting ztunnel', () => {
     dir = mkdtempSync(join(tmpdir(), 'zds-wait-'));
     socketPath = join(dir, 'ztunnel.sock');
     waits.length = 0;
-    server = new ZdsServer({ socketPath, snapshot: () => registry.snapshot(), ztunnelWaitMs: 2000, onWaited: (_s, enrolled) => waits.push(enrolled) });
+    server = new ZdsServer({
+      socketPath,
+      snapshot: () => registry.snapshot(),
+      ztunnelWaitMs: 2000,
+      onWaited: (_s, enrolled) => waits.push(enrolled),
+    });
     registry = new PodRegistry(server);
     server.start();
   });
@@ -45,7 +54,7 @@ describe('ZDS server: adds wait for a restarting ztunnel', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('no ztunnel: the adds are answered by the new connection\'s snapshot acks, one add each and no add after it', async () => {
+  it("no ztunnel: the adds are answered by the new connection's snapshot acks, one add each and no add after it", async () => {
     const pending = ['a', 'b', 'c'].map((uid) => outcome(registry.add(pod(uid), openOwnNamespace())));
     await new Promise((r) => setTimeout(r, 100));
     const z = await connect();
@@ -91,7 +100,7 @@ describe('ZDS server: adds wait for a restarting ztunnel', () => {
     expect(waits.length).toBeGreaterThan(0);
   });
 
-  it('an error ack for a pod in the new snapshot fails that pod\'s waiting add with ztunnel\'s text; the others succeed', async () => {
+  it("an error ack for a pod in the new snapshot fails that pod's waiting add with ztunnel's text; the others succeed", async () => {
     const ok = outcome(registry.add(pod('ok'), openOwnNamespace()));
     const bad = outcome(registry.add(pod('bad'), openOwnNamespace()));
     await connect({ ackError: (req) => ('add' in req && req.add.uid === 'bad' ? 'failure to start proxy : Bind' : undefined) });

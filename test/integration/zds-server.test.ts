@@ -64,7 +64,15 @@ describe('ZDS server with a ztunnel-like client', () => {
     const client = await connect();
     await client.waitFor(() => client.snapshotSent);
     expect(client.messages).toEqual([
-      { kind: 'add', uid: 'a', info: { name: 'pod-a', namespace: 'default', serviceAccount: 'sa-a' }, fds: 1, inode: netns.ino, netns: true, ack: '' },
+      {
+        kind: 'add',
+        uid: 'a',
+        info: { name: 'pod-a', namespace: 'default', serviceAccount: 'sa-a' },
+        fds: 1,
+        inode: netns.ino,
+        netns: true,
+        ack: '',
+      },
       { kind: 'keep', uid: 'b', fds: 0, ack: '' },
       { kind: 'snapshotSent', fds: 0, ack: '' },
     ]);
@@ -89,7 +97,11 @@ describe('ZDS server with a ztunnel-like client', () => {
     await client.waitFor(() => client.snapshotSent);
     const err = await registry.add(pod('x'), openOwnNamespace()).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ZdsError);
-    expect(err).toMatchObject({ code: 'ZDS_ACK_ERROR', retryable: true, message: 'ztunnel rejected pod x: failure to start proxy : Bind(AddrInUse)' });
+    expect(err).toMatchObject({
+      code: 'ZDS_ACK_ERROR',
+      retryable: true,
+      message: 'ztunnel rejected pod x: failure to start proxy : Bind(AddrInUse)',
+    });
     expect(registry.snapshot().map((e) => e.uid)).toEqual(['x']);
     expect(server.connections()).toHaveLength(1); // an error ack does not end the connection
   });

@@ -84,7 +84,9 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
   });
 
   it('reports nft error text, with the step that failed', async () => {
-    const err = await addon.run(handle, [{ op: 'netnsId' }, { op: 'nft', script: 'add rule inet no-such-table c counter' }]).catch((e: unknown) => e);
+    const err = await addon
+      .run(handle, [{ op: 'netnsId' }, { op: 'nft', script: 'add rule inet no-such-table c counter' }])
+      .catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'ENOENT', syscall: 'nft_run_cmd_from_buffer', step: 1, op: 'nft' });
     expect((err as { detail: string }).detail).toContain('Could not process rule');
     const syntax = await addon.run(handle, [{ op: 'nft', script: 'add tabel inet x' }]).catch((e: unknown) => e);
@@ -130,7 +132,11 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
       execIn(fresh.name, ['sysctl', '-q', '-w', 'net.ipv6.conf.lo.disable_ipv6=1']);
       const [disabled] = await addon.run(ns, [{ op: 'deviceHasIpv6', dev: 'lo' }] as const);
       expect(disabled.hasIpv6).toBe(false);
-      await expect(addon.run(ns, [{ op: 'setLinkUp', dev: 'nosuchdev0' }])).rejects.toMatchObject({ code: 'ENODEV', op: 'setLinkUp', step: 0 });
+      await expect(addon.run(ns, [{ op: 'setLinkUp', dev: 'nosuchdev0' }])).rejects.toMatchObject({
+        code: 'ENODEV',
+        op: 'setLinkUp',
+        step: 0,
+      });
     } finally {
       ns.close();
     }
@@ -159,9 +165,9 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
   });
 
   it('rejects out-of-range ports and timeouts before anything runs (TS check, then the addon backstop)', async () => {
-    await expect(addon.run(handle, [{ op: 'socket', family: 4, type: 'tcp', connectAddress: '127.0.0.1', connectPort: 70000 }])).rejects.toThrow(
-      'connectPort must be an integer from 0 to 65535',
-    );
+    await expect(
+      addon.run(handle, [{ op: 'socket', family: 4, type: 'tcp', connectAddress: '127.0.0.1', connectPort: 70000 }]),
+    ).rejects.toThrow('connectPort must be an integer from 0 to 65535');
     await expect(addon.run(handle, [{ op: 'exec', argv: ['true'], timeoutMs: -1 }])).rejects.toThrow(TypeError);
     const raw = (await import('../../src/addon/binding.js')).loadRawAddon();
     expect(() => raw.runInNetns(handle.fd, [{ op: 'socket', family: 4, type: 'tcp', bindAddress: '127.0.0.1', bindPort: 70000 }])).toThrow(
@@ -216,10 +222,14 @@ describe.skipIf(skip)('native addon without CAP_SYS_ADMIN', () => {
       'const later = await outcome(addon.run("fresh", []));',
       'console.log(JSON.stringify({ first, later, stats: addon.stats() }));',
     ].join('\n');
-    const out = execFileSync('setpriv', ['--inh-caps=-sys_admin', '--bounding-set=-sys_admin', process.execPath, '--input-type=module', '-e', script], {
-      encoding: 'utf8',
-      timeout: 10_000,
-    });
+    const out = execFileSync(
+      'setpriv',
+      ['--inh-caps=-sys_admin', '--bounding-set=-sys_admin', process.execPath, '--input-type=module', '-e', script],
+      {
+        encoding: 'utf8',
+        timeout: 10_000,
+      },
+    );
     const { first, later, stats } = JSON.parse(out) as {
       first: Record<string, string>;
       later: Record<string, string>;
@@ -238,11 +248,37 @@ describe.skipIf(skip)('native addon without CAP_SYS_ADMIN', () => {
       for (const sub of ['bin', 'conf', 'run']) mkdirSync(join(dir, sub));
       writeFileSync(join(dir, 'conf', '10-x.conflist'), '{"cniVersion":"0.3.1","name":"k8s-pod-network","plugins":[{"type":"bridge"}]}');
       const main = join(projectRoot(import.meta.url), 'dist', 'src', 'cli', 'main.js');
-      const flags = ['--kube-mode', 'none', '--run-dir', join(dir, 'run'), '--cni-bin-dir', join(dir, 'bin'), '--cni-conf-dir', join(dir, 'conf')];
-      const r = spawnSync('setpriv', ['--inh-caps=-sys_admin', '--bounding-set=-sys_admin', process.execPath, main, 'run', ...flags, '--zds-socket', join(dir, 'run', 'ztunnel.sock'), '--health-port', '0', '--metrics-port', '0'], {
-        encoding: 'utf8',
-        timeout: 10_000,
-      });
+      const flags = [
+        '--kube-mode',
+        'none',
+        '--run-dir',
+        join(dir, 'run'),
+        '--cni-bin-dir',
+        join(dir, 'bin'),
+        '--cni-conf-dir',
+        join(dir, 'conf'),
+      ];
+      const r = spawnSync(
+        'setpriv',
+        [
+          '--inh-caps=-sys_admin',
+          '--bounding-set=-sys_admin',
+          process.execPath,
+          main,
+          'run',
+          ...flags,
+          '--zds-socket',
+          join(dir, 'run', 'ztunnel.sock'),
+          '--health-port',
+          '0',
+          '--metrics-port',
+          '0',
+        ],
+        {
+          encoding: 'utf8',
+          timeout: 10_000,
+        },
+      );
       expect(r.signal).toBeNull(); // not killed by the timeout
       expect(r.status).toBe(1);
       expect(r.stderr).toContain('CAP_SYS_ADMIN');

@@ -29,7 +29,12 @@ describe.skipIf(skip)(`CNI path end to end${skip ? ` — skipped: ${skip}` : ''}
 
   it('enrolls pods during CNI ADD: each one is in ztunnel before the runtime gets its result', async () => {
     await env.createPods((pod) => {
-      expect(env.standIn!.pods().get(pod.uid)).toMatchObject({ name: pod.name, namespace: 'demo', serviceAccount: 'default', state: 'running' });
+      expect(env.standIn!.pods().get(pod.uid)).toMatchObject({
+        name: pod.name,
+        namespace: 'demo',
+        serviceAccount: 'default',
+        state: 'running',
+      });
     });
     expect(env.pods.map((p) => p.ip)).toEqual(['10.248.91.2', '10.248.91.3', '10.248.91.4']);
   });
@@ -81,7 +86,11 @@ describe.skipIf(skip)(`CNI path end to end${skip ? ` — skipped: ${skip}` : ''}
   it('after SIGKILL and restart: the pods are in the next ZDS snapshot and still redirected', async () => {
     const connectionsBefore = env.standIn!.connectionCount;
     await env.startAgent();
-    await env.standIn!.waitFor(() => env.standIn!.connectionCount > connectionsBefore && env.standIn!.ready, 10_000, 'reconnect after restart');
+    await env.standIn!.waitFor(
+      () => env.standIn!.connectionCount > connectionsBefore && env.standIn!.ready,
+      10_000,
+      'reconnect after restart',
+    );
     const uids = [...env.standIn!.pods().keys()].sort();
     expect(uids).toEqual(env.pods.map((p) => p.uid).sort());
     const rows = await env.connectAll();

@@ -38,7 +38,11 @@ describe.skipIf(skip)(`containerd over CRI end to end${skip ? ` — skipped: ${s
   let podCount = 0;
   const stateDirB = (): string => join(dir, 'b');
 
-  const spec = (name: string, namespace = 'demo'): SandboxSpec => ({ name, namespace, uid: `00000000-c7d0-4000-8000-${String(++podCount).padStart(12, '0')}` });
+  const spec = (name: string, namespace = 'demo'): SandboxSpec => ({
+    name,
+    namespace,
+    uid: `00000000-c7d0-4000-8000-${String(++podCount).padStart(12, '0')}`,
+  });
   const agentLog = (): AgentLogLine[] =>
     readFileSync(env.agentLog, 'utf8')
       .split('\n')
@@ -55,7 +59,13 @@ describe.skipIf(skip)(`containerd over CRI end to end${skip ? ` — skipped: ${s
   }
 
   async function startContainerd(name: string, netnsUnderStateDir: boolean): Promise<ContainerdRuntime> {
-    const runtime = new ContainerdRuntime({ dir: join(dir, name), nodeNetns: env.nodeNetnsPath, cniBinDir: env.binDir, cniConfDir: env.confDir, netnsUnderStateDir });
+    const runtime = new ContainerdRuntime({
+      dir: join(dir, name),
+      nodeNetns: env.nodeNetnsPath,
+      cniBinDir: env.binDir,
+      cniConfDir: env.confDir,
+      netnsUnderStateDir,
+    });
     containerd = runtime;
     await runtime.start();
     runtime.importImage(image);
@@ -119,7 +129,12 @@ describe.skipIf(skip)(`containerd over CRI end to end${skip ? ` — skipped: ${s
         expect(info).toMatchObject({ state: 'SANDBOX_READY', netnsPath: expect.stringMatching(/^\/var\/run\/netns\/cni-[0-9a-f-]+$/) });
         // ztunnel got this very netns (inode and device), and bound its listeners in it (127.0.0.1:15053 needs lo up).
         const st = statSync(info.netnsPath);
-        expect(env.standIn!.pods().get(pod.uid)).toMatchObject({ name, namespace: 'demo', state: 'running', netns: { ino: st.ino, dev: st.dev } });
+        expect(env.standIn!.pods().get(pod.uid)).toMatchObject({
+          name,
+          namespace: 'demo',
+          state: 'running',
+          netns: { ino: st.ino, dev: st.dev },
+        });
         expect(inNetns(info.netnsPath, ['ip', '-o', 'link', 'show', 'lo'])).toMatch(/<LOOPBACK,UP,LOWER_UP>/);
         expect(inNetns(info.netnsPath, ['nft', 'list', 'tables'])).toContain('table inet istio-ambient-nat');
         expect(inNetns(info.netnsPath, ['ip', '-6', 'route', 'show', 'table', '100'])).toMatch(/^local default dev lo /m);
@@ -160,7 +175,11 @@ describe.skipIf(skip)(`containerd over CRI end to end${skip ? ` — skipped: ${s
       expect(dels()).toBe(1);
       const lines = (): AgentLogLine[] => agentLog().filter((l) => l.uid === pod.uid);
       // The agent answers the repeated DEL before containerd's RemovePodSandbox returns: its log has it.
-      expect(lines().filter((l) => l.msg === 'DEL for a pod that is not enrolled; nothing to do').map((l) => l.level)).toEqual([20]);
+      expect(
+        lines()
+          .filter((l) => l.msg === 'DEL for a pod that is not enrolled; nothing to do')
+          .map((l) => l.level),
+      ).toEqual([20]);
       expect(lines().filter((l) => l.msg === 'pod removed')).toHaveLength(1);
       expect(dels()).toBe(1);
     }, 30_000);
@@ -178,7 +197,7 @@ describe.skipIf(skip)(`containerd over CRI end to end${skip ? ` — skipped: ${s
       await stopContainerd();
     }, 60_000);
 
-    it("enrolls a sandbox whose netns containerd mounted under its state dir (accepted through --netns-dirs), and removes it", async () => {
+    it('enrolls a sandbox whose netns containerd mounted under its state dir (accepted through --netns-dirs), and removes it', async () => {
       const pod = spec('state-dir');
       const id = await runtime.runPodSandbox(pod);
       const info = await runtime.sandboxInfo(id);

@@ -59,7 +59,12 @@ function expectRunningInZtunnel(env: DemoEnvironment, pod: FaultPod): void {
   const handle = env.addon.openNetns(pod.ns.path);
   const ino = handle.ino;
   handle.close();
-  expect(env.standIn!.pods().get(pod.uid), `${pod.name} in the ztunnel stand-in`).toMatchObject({ name: pod.name, namespace: pod.namespace, state: 'running', netns: { ino } });
+  expect(env.standIn!.pods().get(pod.uid), `${pod.name} in the ztunnel stand-in`).toMatchObject({
+    name: pod.name,
+    namespace: pod.namespace,
+    state: 'running',
+    netns: { ino },
+  });
 }
 
 describe.skipIf(skip)(`agent SIGKILLed in the middle of a 50-pod burst of real CNI ADDs${reason}`, () => {
@@ -73,7 +78,11 @@ describe.skipIf(skip)(`agent SIGKILLed in the middle of a 50-pod burst of real C
 
   afterAll(async () => {
     try {
-      if (env && pods.length > 0) await runCni(env, pods.map((p) => ({ id: p.uid, pod: p.cni, commands: ['DEL'] }))).catch(() => undefined);
+      if (env && pods.length > 0)
+        await runCni(
+          env,
+          pods.map((p) => ({ id: p.uid, pod: p.cni, commands: ['DEL'] })),
+        ).catch(() => undefined);
     } finally {
       for (const p of pods) deleteNetns(p.ns);
       await env?.tearDown();
@@ -82,7 +91,10 @@ describe.skipIf(skip)(`agent SIGKILLed in the middle of a 50-pod burst of real C
 
   it('redirects every pod whose ADD succeeded exactly once, completes the failed ones on retry, forgets pods deleted meanwhile', async () => {
     for (let i = 0; i < 50; i++) pods.push(makePod('burst'));
-    const run = new CniDriverRun(env, pods.map((p) => ({ id: p.uid, pod: p.cni, commands: ['ADD'] })));
+    const run = new CniDriverRun(
+      env,
+      pods.map((p) => ({ id: p.uid, pod: p.cni, commands: ['ADD'] })),
+    );
     await run.until((lines) => lines.filter((l) => l.ok).length >= 12);
     await env.stopAgent('SIGKILL');
     await run.done;
@@ -95,19 +107,30 @@ describe.skipIf(skip)(`agent SIGKILLed in the middle of a 50-pod burst of real C
     // Fail closed, from our plugin, with a reason (agent unreachable: try again later).
     for (const p of failed) {
       const line = run.last(p.uid, 'ADD')!;
-      expect(line).toMatchObject({ ok: false, code: 11, msg: expect.stringMatching(/istio-cni cmdAdd failed to contact node Istio CNI agent .*try again later/) });
+      expect(line).toMatchObject({
+        ok: false,
+        code: 11,
+        msg: expect.stringMatching(/istio-cni cmdAdd failed to contact node Istio CNI agent .*try again later/),
+      });
     }
 
     // While the agent is down the runtime deletes three running pods (DEL always succeeds) and their netns.
     const deleted = succeeded.slice(0, 3);
-    const delRun = await runCni(env, deleted.map((p) => ({ id: p.uid, pod: p.cni, commands: ['DEL'] })));
+    const delRun = await runCni(
+      env,
+      deleted.map((p) => ({ id: p.uid, pod: p.cni, commands: ['DEL'] })),
+    );
     expect(delRun.lines.map((l) => l.ok)).toEqual([true, true, true]);
     for (const p of deleted) deleteNetns(p.ns);
     const kept = succeeded.slice(3);
 
     const connections = env.standIn!.connectionCount;
     await env.startAgent();
-    await env.standIn!.waitFor(() => env.standIn!.connectionCount > connections && env.standIn!.ready, 10_000, 'stand-in resynced after the restart');
+    await env.standIn!.waitFor(
+      () => env.standIn!.connectionCount > connections && env.standIn!.ready,
+      10_000,
+      'stand-in resynced after the restart',
+    );
 
     // Every pod whose ADD succeeded: in the next snapshot (running, same netns), rules exactly once.
     for (const p of kept) {
@@ -122,7 +145,10 @@ describe.skipIf(skip)(`agent SIGKILLed in the middle of a 50-pod burst of real C
     }
 
     // The runtime retries each failed sandbox (containerd: teardown with DEL, then ADD again).
-    const retry = await runCni(env, failed.map((p) => ({ id: p.uid, pod: p.cni, commands: ['DEL', 'ADD'] })));
+    const retry = await runCni(
+      env,
+      failed.map((p) => ({ id: p.uid, pod: p.cni, commands: ['DEL', 'ADD'] })),
+    );
     for (const p of failed) {
       expect(retry.last(p.uid, 'DEL'), `${p.name} DEL`).toMatchObject({ ok: true });
       expect(retry.last(p.uid, 'ADD'), `${p.name} retried ADD`).toMatchObject({ ok: true });
@@ -176,7 +202,10 @@ describe.skipIf(skip)(`ztunnel misbehaving, netns vanishing, DEL during ADD${rea
 
   /** The chained ADD must fail in our plugin with a CNI error naming the cause. */
   async function expectAddFails(pod: FaultPod, cause: RegExp): Promise<void> {
-    const err = await runtime.add(pod.cni).then(() => undefined, (e: unknown) => e);
+    const err = await runtime.add(pod.cni).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(CniPluginError);
     expect(err).toMatchObject({ plugin: 'istio-cni', code: 999, msg: expect.stringMatching(cause) });
   }
@@ -221,9 +250,11 @@ describe.skipIf(skip)(`ztunnel misbehaving, netns vanishing, DEL during ADD${rea
     }
   }, 60_000);
 
-  it('ztunnel answers the add with an error ack: ADD fails naming ztunnel\'s error; the retry completes', async () => {
+  it("ztunnel answers the add with an error ack: ADD fails naming ztunnel's error; the retry completes", async () => {
     const pod = newPod('errack');
-    await badZtunnel({ ackError: (req) => ('add' in req && req.add.uid === pod.uid ? 'failure to start proxy : injected: address in use' : undefined) });
+    await badZtunnel({
+      ackError: (req) => ('add' in req && req.add.uid === pod.uid ? 'failure to start proxy : injected: address in use' : undefined),
+    });
     await expectAddFails(pod, /status code 500\): ztunnel rejected pod .*failure to start proxy : injected: address in use/);
     await expectRetryCompletes(pod);
   });
@@ -250,7 +281,11 @@ describe.skipIf(skip)(`ztunnel misbehaving, netns vanishing, DEL during ADD${rea
     const pod = newPod('gone');
     deleteNetns(pod.ns);
     const outcome = await runOurPlugin(env, 'ADD', pod.cni, { cniVersion: '1.0.0', ips: [{ address: '10.248.94.250/24' }] });
-    expect(outcome).toMatchObject({ ok: false, code: 999, msg: expect.stringMatching(/status code 500\): pod netns \S+ does not exist \(the sandbox is gone\?\)/) });
+    expect(outcome).toMatchObject({
+      ok: false,
+      code: 999,
+      msg: expect.stringMatching(/status code 500\): pod netns \S+ does not exist \(the sandbox is gone\?\)/),
+    });
     expect(existsSync(stateFileOf(env.runDir, pod.uid))).toBe(false);
     expect(env.standIn!.pods().has(pod.uid)).toBe(false);
     expect(await settledFdCount(pid)).toBe(before);

@@ -24,8 +24,13 @@ describe.skipIf(skip)(`installer faults with the agent running${skip ? ` — ski
   let node: NetnsHandle;
   const pods: FaultPod[] = [];
   const binary = (): string => join(env.binDir, 'istio-cni');
-  const plugins = (file: string): string[] => (JSON.parse(readFileSync(file, 'utf8')) as { plugins: Array<{ type: string }> }).plugins.map((p) => p.type);
-  const ready = async (): Promise<boolean> => fetch(`http://127.0.0.1:${env.healthPort}/readyz`).then((r) => r.ok, () => false);
+  const plugins = (file: string): string[] =>
+    (JSON.parse(readFileSync(file, 'utf8')) as { plugins: Array<{ type: string }> }).plugins.map((p) => p.type);
+  const ready = async (): Promise<boolean> =>
+    fetch(`http://127.0.0.1:${env.healthPort}/readyz`).then(
+      (r) => r.ok,
+      () => false,
+    );
 
   /** A pod still onboards through the chain as the runtime reads it now: rules in place, running in ztunnel. */
   async function expectPodsOnboard(tag: string): Promise<void> {
@@ -46,7 +51,10 @@ describe.skipIf(skip)(`installer faults with the agent running${skip ? ` — ski
 
   afterAll(async () => {
     try {
-      for (const p of pods) await cniRuntime(env, env.addon, node).del(p.cni).catch(() => undefined);
+      for (const p of pods)
+        await cniRuntime(env, env.addon, node)
+          .del(p.cni)
+          .catch(() => undefined);
     } finally {
       for (const p of pods) deleteNetns(p.ns);
       node?.close();
@@ -58,12 +66,21 @@ describe.skipIf(skip)(`installer faults with the agent running${skip ? ` — ski
     const other = {
       cniVersion: '1.0.0',
       name: 'other-net',
-      plugins: [...(JSON.parse(readFileSync(env.primaryConfig, 'utf8')) as { plugins: Array<{ type: string }> }).plugins.filter((p) => p.type !== 'istio-cni'), { type: 'portmap', capabilities: { portMappings: true } }],
+      plugins: [
+        ...(JSON.parse(readFileSync(env.primaryConfig, 'utf8')) as { plugins: Array<{ type: string }> }).plugins.filter(
+          (p) => p.type !== 'istio-cni',
+        ),
+        { type: 'portmap', capabilities: { portMappings: true } },
+      ],
     };
     const tmp = join(env.confDir, '.other-cni.tmp');
     writeFileSync(tmp, JSON.stringify(other, null, 2));
     renameSync(tmp, env.primaryConfig);
-    const ms = await waitUntil(() => plugins(env.primaryConfig).includes('istio-cni'), REPAIR_MS, 're-chained after the config was replaced');
+    const ms = await waitUntil(
+      () => plugins(env.primaryConfig).includes('istio-cni'),
+      REPAIR_MS,
+      're-chained after the config was replaced',
+    );
     expect(plugins(env.primaryConfig)).toEqual(['bridge', 'portmap', 'istio-cni']);
     expect(JSON.parse(readFileSync(env.primaryConfig, 'utf8'))).toMatchObject({ name: 'other-net' });
     expect(ms).toBeLessThan(REPAIR_MS);
@@ -73,7 +90,13 @@ describe.skipIf(skip)(`installer faults with the agent running${skip ? ` — ski
 
   it('another CNI writes a new config that sorts first: our entry follows it within a second, pods onboard', async () => {
     const first = join(env.confDir, '05-another.conflist');
-    const other = { cniVersion: '1.0.0', name: 'another-net', plugins: (JSON.parse(readFileSync(env.primaryConfig, 'utf8')) as { plugins: Array<{ type: string }> }).plugins.filter((p) => p.type !== 'istio-cni') };
+    const other = {
+      cniVersion: '1.0.0',
+      name: 'another-net',
+      plugins: (JSON.parse(readFileSync(env.primaryConfig, 'utf8')) as { plugins: Array<{ type: string }> }).plugins.filter(
+        (p) => p.type !== 'istio-cni',
+      ),
+    };
     writeFileSync(first, JSON.stringify(other, null, 2));
     await waitUntil(() => plugins(first).includes('istio-cni'), REPAIR_MS, 'chained into the new first config');
     expect(plugins(first)).toEqual(['bridge', 'portmap', 'istio-cni']);
@@ -81,7 +104,12 @@ describe.skipIf(skip)(`installer faults with the agent running${skip ? ` — ski
     const pod = makePod('newfirst');
     pods.push(pod);
     // The runtime now uses the first config: build the chain from it.
-    const runtime = new CniRuntime({ addon: env.addon, nodeNetns: node, pluginDirs: [env.binDir, CNI_PLUGIN_DIR], conflist: JSON.parse(readFileSync(first, 'utf8')) as object });
+    const runtime = new CniRuntime({
+      addon: env.addon,
+      nodeNetns: node,
+      pluginDirs: [env.binDir, CNI_PLUGIN_DIR],
+      conflist: JSON.parse(readFileSync(first, 'utf8')) as object,
+    });
     await runtime.add(pod.cni);
     expect(env.standIn!.pods().get(pod.uid)).toMatchObject({ state: 'running' });
     await runtime.del(pod.cni);

@@ -42,7 +42,11 @@ describe.skipIf(skip)(`damaged pod registry and a full disk${skip ? ` — skippe
   const pods: FaultPod[] = [];
   const filler = (): string => join(env.runDir, 'filler');
   const agentLog = (): string => readFileSync(env.agentLog, 'utf8');
-  const readyz = async (): Promise<number> => fetch(`http://127.0.0.1:${env.healthPort}/readyz`).then((r) => r.status, () => 0);
+  const readyz = async (): Promise<number> =>
+    fetch(`http://127.0.0.1:${env.healthPort}/readyz`).then(
+      (r) => r.status,
+      () => 0,
+    );
   const umount = (): void => {
     if (!mounted) return;
     try {
@@ -76,7 +80,11 @@ describe.skipIf(skip)(`damaged pod registry and a full disk${skip ? ` — skippe
     const connections = env.standIn!.connectionCount;
     await env.stopAgent(signal);
     await env.startAgent();
-    await env.standIn!.waitFor(() => env.standIn!.connectionCount > connections && env.standIn!.ready, 10_000, 'stand-in resynced after the restart');
+    await env.standIn!.waitFor(
+      () => env.standIn!.connectionCount > connections && env.standIn!.ready,
+      10_000,
+      'stand-in resynced after the restart',
+    );
   }
 
   /** Fills the run dir's filesystem until a write fails with ENOSPC. */
@@ -124,7 +132,11 @@ describe.skipIf(skip)(`damaged pod registry and a full disk${skip ? ` — skippe
     writeFileSync(garbledFile, '\0\0\0\0{"uid": 7, "garbage');
     const connections = env.standIn!.connectionCount;
     await env.startAgent();
-    await env.standIn!.waitFor(() => env.standIn!.connectionCount > connections && env.standIn!.ready, 10_000, 'stand-in resynced after the restart');
+    await env.standIn!.waitFor(
+      () => env.standIn!.connectionCount > connections && env.standIn!.ready,
+      10_000,
+      'stand-in resynced after the restart',
+    );
 
     // Said so: one error line per damaged file, naming it and why.
     const problems = agentLog()
@@ -140,7 +152,10 @@ describe.skipIf(skip)(`damaged pod registry and a full disk${skip ? ` — skippe
     // The damaged ones are not served any more (their rules stay: fail closed), and CHECK tells the runtime.
     for (const p of [truncated!, garbled!]) {
       expect(env.standIn!.pods().has(p.uid), `${p.name} in ztunnel`).toBe(false);
-      expect(await runOurPlugin(env, 'CHECK', p.cni, prevResultOf(p.ns))).toMatchObject({ ok: false, msg: expect.stringContaining('is not enrolled') });
+      expect(await runOurPlugin(env, 'CHECK', p.cni, prevResultOf(p.ns))).toMatchObject({
+        ok: false,
+        msg: expect.stringContaining('is not enrolled'),
+      });
     }
     expect(await readyz()).toBe(200);
     // The runtime's retried ADD brings a damaged pod back: recorded again, rules once, running.
@@ -155,8 +170,15 @@ describe.skipIf(skip)(`damaged pod registry and a full disk${skip ? ` — skippe
     const before = netnsFds(pid);
     fillDisk();
     const pod = newPod('full');
-    const err = await runtime.add(pod.cni).then(() => undefined, (e: unknown) => e);
-    expect(err).toMatchObject({ plugin: 'istio-cni', code: 999, msg: expect.stringMatching(/status code 500\): cannot record the pod in \S+: ENOSPC/) });
+    const err = await runtime.add(pod.cni).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toMatchObject({
+      plugin: 'istio-cni',
+      code: 999,
+      msg: expect.stringMatching(/status code 500\): cannot record the pod in \S+: ENOSPC/),
+    });
     expect(agentLog()).toMatch(/"msg":"plugin event failed"/);
     expect(agentLog()).toMatch(/cannot record the pod in [^"]*: ENOSPC/);
     // Nothing a restart would forget: no rules, not in ztunnel, no state (no temp file either), no netns kept.
@@ -181,10 +203,13 @@ describe.skipIf(skip)(`damaged pod registry and a full disk${skip ? ` — skippe
     for (const p of enrolled) await expectRedirectedAndRunning(p);
     // It said what it could not do (the plugin's fallback file keeps its previous content).
     expect(agentLog()).toMatch(/"err":"ENOSPC[^"]*","msg":"could not write the enablement snapshot file/);
-    expect(JSON.parse(readFileSync(join(env.runDir, 'ambient-enablement.json'), 'utf8'))).toMatchObject({ version: 1, allNamespaces: true });
+    expect(JSON.parse(readFileSync(join(env.runDir, 'ambient-enablement.json'), 'utf8'))).toMatchObject({
+      version: 1,
+      allNamespaces: true,
+    });
   });
 
-  it('space freed: the failed pod is enrolled on the runtime\'s retry, and the registry survives another restart', async () => {
+  it("space freed: the failed pod is enrolled on the runtime's retry, and the registry survives another restart", async () => {
     rmSync(filler());
     const pod = pods.find((p) => p.name.startsWith('full-'))!;
     await runtime.del(pod.cni); // the runtime's teardown of the failed sandbox attempt

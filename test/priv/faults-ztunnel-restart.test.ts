@@ -79,7 +79,9 @@ describe.skipIf(skip)(`ADDs across a ztunnel restart${reason}`, () => {
   }
 
   function gapLines(): string[] {
-    return agentLog(env).map((l) => l.msg).filter((m) => m.startsWith('ztunnel gone for'));
+    return agentLog(env)
+      .map((l) => l.msg)
+      .filter((m) => m.startsWith('ztunnel gone for'));
   }
 
   const ipOf = (pod: FaultPod): string => prevResultOf(pod.ns).ips![0]!.address.split('/')[0]!;
@@ -94,7 +96,10 @@ describe.skipIf(skip)(`ADDs across a ztunnel restart${reason}`, () => {
       destroyTrafficClients();
       if (env && pods.length > 0) {
         if (!env.standIn) startZtunnel();
-        await runCni(env, pods.map((p) => ({ id: p.uid, pod: p.cni, commands: ['DEL'] }))).catch(() => undefined);
+        await runCni(
+          env,
+          pods.map((p) => ({ id: p.uid, pod: p.cni, commands: ['DEL'] })),
+        ).catch(() => undefined);
       }
     } finally {
       for (const p of pods) deleteNetns(p.ns);
@@ -105,7 +110,10 @@ describe.skipIf(skip)(`ADDs across a ztunnel restart${reason}`, () => {
   it('ztunnel killed, 10 pods ADDed, ztunnel back 1 s later: 10 of 10 succeed, each enrolled once, its traffic captured', async () => {
     await killZtunnel();
     const batch = newPods('gap', 10);
-    const run = new CniDriverRun(env, batch.map((p) => ({ id: p.uid, pod: p.cni, commands: ['ADD'] })));
+    const run = new CniDriverRun(
+      env,
+      batch.map((p) => ({ id: p.uid, pod: p.cni, commands: ['ADD'] })),
+    );
     // ztunnel is back 1 s after the first ADD reached the agent (registered, waiting for ztunnel:
     // /debug/pods lists it). On a loaded machine bridge + host-local may deliver the last ones
     // after that: those find the new connection and do not wait.
@@ -121,7 +129,10 @@ describe.skipIf(skip)(`ADDs across a ztunnel restart${reason}`, () => {
     expect({ status: ready.status, fast: Date.now() - probeStart < 500 }).toEqual({ status: 200, fast: true });
     await sleep(1000 - (Date.now() - probeStart));
     const waiting = await registered();
-    expect(run.lines.filter((l) => l.ok), 'no ADD succeeded while ztunnel is gone').toEqual([]);
+    expect(
+      run.lines.filter((l) => l.ok),
+      'no ADD succeeded while ztunnel is gone',
+    ).toEqual([]);
     const back = startZtunnel();
     await run.done;
     for (const p of batch) expect(run.last(p.uid, 'ADD'), p.name).toMatchObject({ ok: true });
@@ -141,18 +152,32 @@ describe.skipIf(skip)(`ADDs across a ztunnel restart${reason}`, () => {
     } finally {
       handle.close();
     }
-    await waitUntil(() => back.events.some((e) => e.kind === 'inbound' && e.pod === to.name && e.originalDst === target), 3_000, 'inbound capture in the second pod');
-    expect(back.events.find((e) => e.kind === 'outbound' && e.pod === from.name)).toMatchObject({ listener: expect.stringContaining('15001'), originalDst: target });
+    await waitUntil(
+      () => back.events.some((e) => e.kind === 'inbound' && e.pod === to.name && e.originalDst === target),
+      3_000,
+      'inbound capture in the second pod',
+    );
+    expect(back.events.find((e) => e.kind === 'outbound' && e.pod === from.name)).toMatchObject({
+      listener: expect.stringContaining('15001'),
+      originalDst: target,
+    });
   }, 60_000);
 
   it('ztunnel gone for 10 s: ADDs fail closed naming ztunnel within the 4 s answer; a retry after it is back completes once', async () => {
     const gone = Date.now();
     await killZtunnel();
     const batch = newPods('long', 3);
-    const run = await runCni(env, batch.map((p) => ({ id: p.uid, pod: p.cni, commands: ['ADD'] })));
+    const run = await runCni(
+      env,
+      batch.map((p) => ({ id: p.uid, pod: p.cni, commands: ['ADD'] })),
+    );
     for (const p of batch) {
       const line = run.last(p.uid, 'ADD')!;
-      expect(line, p.name).toMatchObject({ ok: false, code: 999, msg: expect.stringMatching(/status code 500\): no ztunnel connection \(waited 3000 ms for one; the pod stays registered/) });
+      expect(line, p.name).toMatchObject({
+        ok: false,
+        code: 999,
+        msg: expect.stringMatching(/status code 500\): no ztunnel connection \(waited 3000 ms for one; the pod stays registered/),
+      });
       expect(line.ms, `${p.name} answered within the 4 s answer`).toBeLessThan(4_000);
       expect(line.ms).toBeGreaterThanOrEqual(2_900);
     }
@@ -173,7 +198,10 @@ describe.skipIf(skip)(`ADDs across a ztunnel restart${reason}`, () => {
     const gapsBefore = gapLines().length;
     const batch = newPods('burst', 30);
     const uids = new Set(batch.map((p) => p.uid));
-    const run = new CniDriverRun(env, batch.map((p) => ({ id: p.uid, pod: p.cni, commands: ['ADD'] })));
+    const run = new CniDriverRun(
+      env,
+      batch.map((p) => ({ id: p.uid, pod: p.cni, commands: ['ADD'] })),
+    );
     await first.waitFor(() => [...first.pods().keys()].filter((uid) => uids.has(uid)).length >= 3, 10_000, 'the burst under way');
     await killZtunnel();
     await sleep(500);
@@ -185,6 +213,9 @@ describe.skipIf(skip)(`ADDs across a ztunnel restart${reason}`, () => {
     for (const p of batch) await expectEnrolledOnce(p);
     const gaps = gapLines().slice(gapsBefore);
     expect(gaps).toEqual([expect.stringMatching(/^ztunnel gone for \d+ ms, \d+ pods? waited, all enrolled$/)]);
-    expect(Number(/(\d+) pods? waited/.exec(gaps[0]!)![1]), 'ADDs in flight when the connection died waited for the next one').toBeGreaterThan(0);
+    expect(
+      Number(/(\d+) pods? waited/.exec(gaps[0]!)![1]),
+      'ADDs in flight when the connection died waited for the next one',
+    ).toBeGreaterThan(0);
   }, 90_000);
 });

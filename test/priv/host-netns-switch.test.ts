@@ -24,7 +24,16 @@ import { defaultRuleSettings } from '../../src/rules/settings.js';
 import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { postUnix } from '../helpers/unix-http.js';
-import { createNetns, deleteAllNetns, deleteNetns, execIn, ipIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
+import {
+  createNetns,
+  deleteAllNetns,
+  deleteNetns,
+  execIn,
+  ipIn,
+  privilegedSkipReason,
+  requirePrivilegedInCi,
+  type TestNetns,
+} from '../helpers/netns.js';
 import { destroyTrafficClients, exchangeFrom, TrafficServer, uniqueToken } from '../helpers/traffic.js';
 
 requirePrivilegedInCi();
@@ -36,8 +45,14 @@ const SNAT_IP = '169.254.7.127';
 
 /** Everything the agent could have left in a namespace, as the nft/iptables/ipset binaries see it. */
 function hostArtefacts(ns: TestNetns): string {
-  const nft = execIn(ns.name, ['nft', 'list', 'tables']).split('\n').filter((l) => l.includes('istio')).join('\n');
-  const ipt = execIn(ns.name, ['iptables-save', '-t', 'nat']).split('\n').filter((l) => l.includes('ISTIO')).join('\n');
+  const nft = execIn(ns.name, ['nft', 'list', 'tables'])
+    .split('\n')
+    .filter((l) => l.includes('istio'))
+    .join('\n');
+  const ipt = execIn(ns.name, ['iptables-save', '-t', 'nat'])
+    .split('\n')
+    .filter((l) => l.includes('ISTIO'))
+    .join('\n');
   const ipsets = execIn(ns.name, ['ipset', 'list', '-n']);
   return [nft, ipt, ipsets].filter((s) => s.trim() !== '').join('\n');
 }
@@ -60,7 +75,10 @@ describe.skipIf(skip)(`host netns switch (ALLOW_SWITCH_TO_HOST_NS)${skip ? ` —
     agentNs = createNetns('agent');
     pod = createNetns('pod');
     // node <-> pod veth, the pod's default route back through the node (for the SNATed replies).
-    const [a, b] = [`n${process.pid % 10000}${Math.random().toString(36).slice(2, 6)}`, `p${process.pid % 10000}${Math.random().toString(36).slice(2, 6)}`];
+    const [a, b] = [
+      `n${process.pid % 10000}${Math.random().toString(36).slice(2, 6)}`,
+      `p${process.pid % 10000}${Math.random().toString(36).slice(2, 6)}`,
+    ];
     ipIn(node.name, ['link', 'add', a, 'type', 'veth', 'peer', 'name', b, 'netns', pod.name]);
     ipIn(node.name, ['addr', 'add', `${NODE_IP}/24`, 'dev', a]);
     ipIn(node.name, ['link', 'set', a, 'up']);
@@ -122,9 +140,13 @@ describe.skipIf(skip)(`host netns switch (ALLOW_SWITCH_TO_HOST_NS)${skip ? ` —
       expect(await host.verify()).toMatchObject({ inSync: true });
       if (backend === 'nftables') {
         expect(host.kubeletUid).toBe(0); // found in the proc dir
-        expect(execIn(node.name, ['nft', 'list', 'ruleset'])).toContain(`meta skuid 0 ip daddr @istio-inpod-probes-v4 counter packets 0 bytes 0 snat ip to ${SNAT_IP}`);
+        expect(execIn(node.name, ['nft', 'list', 'ruleset'])).toContain(
+          `meta skuid 0 ip daddr @istio-inpod-probes-v4 counter packets 0 bytes 0 snat ip to ${SNAT_IP}`,
+        );
       } else {
-        expect(execIn(node.name, ['iptables-save', '-t', 'nat'])).toContain(`-A ISTIO_POSTRT -p tcp -m owner --socket-exists -m set --match-set istio-inpod-probes-v4 dst -j SNAT --to-source ${SNAT_IP}`);
+        expect(execIn(node.name, ['iptables-save', '-t', 'nat'])).toContain(
+          `-A ISTIO_POSTRT -p tcp -m owner --socket-exists -m set --match-set istio-inpod-probes-v4 dst -j SNAT --to-source ${SNAT_IP}`,
+        );
         expect(execIn(node.name, ['ipset', 'list', 'istio-inpod-probes-v4'])).toContain(`${POD_IP} comment "uid-web"`);
       }
       expect(hostArtefacts(agentNs)).toBe('');
@@ -191,7 +213,22 @@ describe.skipIf(skip)(`host netns switch (ALLOW_SWITCH_TO_HOST_NS)${skip ? ` —
 
     async function startAgent(allowSwitch: boolean, backend: 'nftables' | 'iptables' = 'iptables'): Promise<Agent> {
       const config = loadAgentConfig(
-        ['--run-dir', join(dir, 'run'), '--zds-socket', join(dir, 'z.sock'), '--netns-root', '', '--health-port', '0', '--metrics-port', '0', '--proc-dir', procDir, '--backend', backend],
+        [
+          '--run-dir',
+          join(dir, 'run'),
+          '--zds-socket',
+          join(dir, 'z.sock'),
+          '--netns-root',
+          '',
+          '--health-port',
+          '0',
+          '--metrics-port',
+          '0',
+          '--proc-dir',
+          procDir,
+          '--backend',
+          backend,
+        ],
         { ALLOW_SWITCH_TO_HOST_NS: String(allowSwitch) },
       );
       const log = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
@@ -200,7 +237,14 @@ describe.skipIf(skip)(`host netns switch (ALLOW_SWITCH_TO_HOST_NS)${skip ? ` —
         addon,
         log,
         makeMode: (deps) =>
-          new KubernetesMode(deps, { kc, nodeName: 'node-1', systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: true, selfNetnsPath: agentNs.path }),
+          new KubernetesMode(deps, {
+            kc,
+            nodeName: 'node-1',
+            systemNamespace: 'istio-system',
+            daemonSetName: 'istio-cni-node',
+            disableSafeUpgrade: true,
+            selfNetnsPath: agentNs.path,
+          }),
       });
       await agent.start();
       return agent;
@@ -215,14 +259,21 @@ describe.skipIf(skip)(`host netns switch (ALLOW_SWITCH_TO_HOST_NS)${skip ? ` —
       const a = await startAgent(true);
       expect(await readyz(a)).toEqual({ status: 200, body: 'ready\n' });
       expect(execIn(node.name, ['iptables-save', '-t', 'nat'])).toContain('-A POSTROUTING -j ISTIO_POSTRT');
-      expect(execIn(node.name, ['ipset', 'list', '-n']).split('\n').filter(Boolean).sort()).toEqual(['istio-inpod-probes-v4', 'istio-inpod-probes-v6']);
+      expect(execIn(node.name, ['ipset', 'list', '-n']).split('\n').filter(Boolean).sort()).toEqual([
+        'istio-inpod-probes-v4',
+        'istio-inpod-probes-v6',
+      ]);
       expect(hostArtefacts(agentNs)).toBe('');
     });
 
     it.each(['iptables', 'nftables'] as const)(
       '%s: a pod enrolled over CNI ADD gets its IP in the node netns set; a kubelet-like probe from the node passes its in-pod rules, other node traffic is captured',
       async (backend) => {
-        api.upsertNamespace({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop', labels: { 'istio.io/dataplane-mode': 'ambient' } } } as FakeObject);
+        api.upsertNamespace({
+          apiVersion: 'v1',
+          kind: 'Namespace',
+          metadata: { name: 'shop', labels: { 'istio.io/dataplane-mode': 'ambient' } },
+        } as FakeObject);
         api.upsertPod({
           apiVersion: 'v1',
           kind: 'Pod',
@@ -233,11 +284,21 @@ describe.skipIf(skip)(`host netns switch (ALLOW_SWITCH_TO_HOST_NS)${skip ? ` —
         const a = await startAgent(true, backend);
         ztunnel = await FakeZtunnel.connect(join(dir, 'z.sock'));
         await ztunnel.waitFor(() => ztunnel!.snapshotSent);
-        const add = { Netns: pod.path, PodName: 'web', PodNamespace: 'shop', PodUID: 'uid-web', IPs: [{ Interface: 2, Address: { IP: POD_IP, Mask: '////AA==' }, Gateway: NODE_IP }] };
+        const add = {
+          Netns: pod.path,
+          PodName: 'web',
+          PodNamespace: 'shop',
+          PodUID: 'uid-web',
+          IPs: [{ Interface: 2, Address: { IP: POD_IP, Mask: '////AA==' }, Gateway: NODE_IP }],
+        };
         expect(await postUnix(join(dir, 'run', 'pluginevent.sock'), '/cmdadd', add)).toEqual({ status: 200, body: '' });
         expect(ztunnel.running.has('uid-web')).toBe(true);
-        if (backend === 'iptables') expect(execIn(node.name, ['ipset', 'list', 'istio-inpod-probes-v4'])).toContain(`${POD_IP} comment "uid-web"`);
-        else expect(execIn(node.name, ['nft', 'list', 'set', 'inet', 'istio-ambient-nat', 'istio-inpod-probes-v4'])).toContain(`${POD_IP} comment "uid-web"`);
+        if (backend === 'iptables')
+          expect(execIn(node.name, ['ipset', 'list', 'istio-inpod-probes-v4'])).toContain(`${POD_IP} comment "uid-web"`);
+        else
+          expect(execIn(node.name, ['nft', 'list', 'set', 'inet', 'istio-ambient-nat', 'istio-inpod-probes-v4'])).toContain(
+            `${POD_IP} comment "uid-web"`,
+          );
         expect(hostArtefacts(agentNs)).toBe('');
         expect(await readyz(a)).toEqual({ status: 200, body: 'ready\n' });
 

@@ -11,7 +11,15 @@ import { HostDataplane } from '../../src/host/host-dataplane.js';
 import { IptablesHostRules } from '../../src/rules/iptables-host-manager.js';
 import { defaultRuleSettings } from '../../src/rules/settings.js';
 import { readIstioGolden } from '../fixtures/istio-golden.js';
-import { createNetns, deleteAllNetns, deleteNetns, execIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
+import {
+  createNetns,
+  deleteAllNetns,
+  deleteNetns,
+  execIn,
+  privilegedSkipReason,
+  requirePrivilegedInCi,
+  type TestNetns,
+} from '../helpers/netns.js';
 
 requirePrivilegedInCi();
 const skip = privilegedSkipReason();
@@ -39,7 +47,9 @@ function natLines(node: TestNetns, family: 4 | 6 = 4): string[] {
 }
 
 const createLines = (node: TestNetns): string[] =>
-  execIn(node.name, ['ipset', 'save']).split('\n').filter((l) => l.startsWith('create '));
+  execIn(node.name, ['ipset', 'save'])
+    .split('\n')
+    .filter((l) => l.startsWith('create '));
 
 describe.skipIf(skip)(`iptables host probe rules and ip sets in a real namespace${skip ? ` — skipped: ${skip}` : ''}`, () => {
   const addon = skip ? (undefined as never) : new NativeNetAddon();
@@ -134,9 +144,15 @@ describe.skipIf(skip)(`iptables host probe rules and ip sets in a real namespace
     await second.start();
     expect(members(n, V4)).toEqual({});
     execIn(n.name, ['ipset', 'add', V4, '10.1.0.99', 'comment', 'stale']);
-    await second.syncEnrolled([{ uid: 'uid-a', ips: ['10.1.0.5'] }, { uid: 'uid-pending', ips: [] }]);
+    await second.syncEnrolled([
+      { uid: 'uid-a', ips: ['10.1.0.5'] },
+      { uid: 'uid-pending', ips: [] },
+    ]);
     expect(members(n, V4)).toEqual({ '10.1.0.5': 'uid-a', '10.1.0.99': 'stale' });
-    await second.syncEnrolled([{ uid: 'uid-a', ips: ['10.1.0.5'] }, { uid: 'uid-pending', ips: ['10.1.0.8'] }]);
+    await second.syncEnrolled([
+      { uid: 'uid-a', ips: ['10.1.0.5'] },
+      { uid: 'uid-pending', ips: ['10.1.0.8'] },
+    ]);
     expect(second.lastSync).toMatchObject({ pruneApplied: true, added: 1, pruned: 1, transactions: 1 });
     expect(members(n, V4)).toEqual({ '10.1.0.5': 'uid-a', '10.1.0.8': 'uid-pending' });
   });
@@ -199,7 +215,8 @@ describe.skipIf(skip)(`iptables host probe rules and ip sets in a real namespace
   it('`rules --backend iptables --host --apply/--verify/--delete NETNS`: the sets and the golden rules, by hand', async () => {
     const n = newNode();
     const io = { out: (): void => undefined, err: (): void => undefined };
-    const run = (action: string): Promise<number> => main(['rules', '--backend', 'iptables', '--host', '--ipv6', action, n.path], io, addon);
+    const run = (action: string): Promise<number> =>
+      main(['rules', '--backend', 'iptables', '--host', '--ipv6', action, n.path], io, addon);
     expect(await run('--verify')).toBe(1);
     expect(await run('--apply')).toBe(0);
     expect(createLines(n)).toHaveLength(2);
@@ -212,7 +229,7 @@ describe.skipIf(skip)(`iptables host probe rules and ip sets in a real namespace
     expect(await run('--verify')).toBe(1);
   });
 
-  describe('taking over a node Istio\'s agent ran on', () => {
+  describe("taking over a node Istio's agent ran on", () => {
     const enrolled = [
       { uid: 'uid-a', ips: ['10.1.0.5', 'fd00:1::5'] }, // present, right UID
       { uid: 'uid-b', ips: ['10.1.0.6'] }, // present under an old pod's UID (IP reused)
@@ -224,10 +241,18 @@ describe.skipIf(skip)(`iptables host probe rules and ip sets in a real namespace
       // What Istio's agent leaves: its sets with UID comments, the golden chain and jump (v4, v6).
       execIn(n.name, ['ipset', 'create', V4, 'hash:ip', 'family', 'inet', 'comment']);
       execIn(n.name, ['ipset', 'create', V6, 'hash:ip', 'family', 'inet6', 'comment']);
-      for (const [set, ip, uid] of [[V4, '10.1.0.5', 'uid-a'], [V4, '10.1.0.6', 'uid-old'], [V4, '10.1.0.99', 'uid-gone'], [V6, 'fd00:1::5', 'uid-a'], [V6, 'fd00:1::99', 'uid-gone']] as const) {
+      for (const [set, ip, uid] of [
+        [V4, '10.1.0.5', 'uid-a'],
+        [V4, '10.1.0.6', 'uid-old'],
+        [V4, '10.1.0.99', 'uid-gone'],
+        [V6, 'fd00:1::5', 'uid-a'],
+        [V6, 'fd00:1::99', 'uid-gone'],
+      ] as const) {
         execIn(n.name, ['ipset', 'add', set, ip, 'comment', uid]);
       }
-      const golden = readIstioGolden('iptables/hostprobe_ipv6.golden').replace(/^iptables-save\nip6tables-save\n/, '').split('COMMIT\n');
+      const golden = readIstioGolden('iptables/hostprobe_ipv6.golden')
+        .replace(/^iptables-save\nip6tables-save\n/, '')
+        .split('COMMIT\n');
       execIn(n.name, ['iptables-restore', '--noflush'], `${golden[0]}COMMIT\n`);
       execIn(n.name, ['ip6tables-restore', '--noflush'], `${golden[1]}\n`);
       expect(natLines(n)).toEqual([':ISTIO_POSTRT - [0:0]', '-A POSTROUTING -j ISTIO_POSTRT', SAVED_V4_RULE]);
@@ -260,14 +285,18 @@ describe.skipIf(skip)(`iptables host probe rules and ip sets in a real namespace
       const n = newNode();
       const table = 'inet istio-ambient-nat';
       // What Istio's agent leaves (its golden host transaction plus its sets with UID elements).
-      execIn(n.name, ['nft', '-f', '-'], [
-        `add table ${table}`,
-        `add set ${table} ${V4} { type ipv4_addr ; comment "UUID of the pods that are part of ambient mesh" ; }`,
-        `add set ${table} ${V6} { type ipv6_addr ; comment "UUID of the pods that are part of ambient mesh" ; }`,
-        `add element ${table} ${V4} { 10.1.0.5 comment "uid-a", 10.1.0.6 comment "uid-old", 10.1.0.99 comment "uid-gone" }`,
-        `add element ${table} ${V6} { fd00:1::5 comment "uid-a" }`,
-        readIstioGolden('nftables/hostprobe_ipv6.golden').replace('e9ac:1e77:90ca:399f:4d6d:ece2:2f9b:3164', V6_SNAT),
-      ].join('\n'));
+      execIn(
+        n.name,
+        ['nft', '-f', '-'],
+        [
+          `add table ${table}`,
+          `add set ${table} ${V4} { type ipv4_addr ; comment "UUID of the pods that are part of ambient mesh" ; }`,
+          `add set ${table} ${V6} { type ipv6_addr ; comment "UUID of the pods that are part of ambient mesh" ; }`,
+          `add element ${table} ${V4} { 10.1.0.5 comment "uid-a", 10.1.0.6 comment "uid-old", 10.1.0.99 comment "uid-gone" }`,
+          `add element ${table} ${V6} { fd00:1::5 comment "uid-a" }`,
+          readIstioGolden('nftables/hostprobe_ipv6.golden').replace('e9ac:1e77:90ca:399f:4d6d:ece2:2f9b:3164', V6_SNAT),
+        ].join('\n'),
+      );
       const host = dataplane({ backend: 'nftables' });
       await host.start();
       await host.syncEnrolled(enrolled);
@@ -277,9 +306,14 @@ describe.skipIf(skip)(`iptables host probe rules and ip sets in a real namespace
       expect(ruleset.match(/set istio-inpod-probes-v4 \{/g)).toHaveLength(1);
       expect(ruleset.match(/skuid 1000 ip daddr @istio-inpod-probes-v4/g)).toHaveLength(1);
       expect(ruleset.match(/skuid 1000 ip6 daddr @istio-inpod-probes-v6/g)).toHaveLength(1);
-      expect(await host.probeSets.list()).toEqual(new Map([
-        ['10.1.0.5', 'uid-a'], ['10.1.0.6', 'uid-b'], ['10.1.0.7', 'uid-c'], ['fd00:1::5', 'uid-a'],
-      ]));
+      expect(await host.probeSets.list()).toEqual(
+        new Map([
+          ['10.1.0.5', 'uid-a'],
+          ['10.1.0.6', 'uid-b'],
+          ['10.1.0.7', 'uid-c'],
+          ['fd00:1::5', 'uid-a'],
+        ]),
+      );
       expect(await host.verify()).toMatchObject({ inSync: true });
       expect(execIn(n.name, ['ipset', 'list', '-n']).trim()).toBe('');
     });

@@ -86,12 +86,19 @@ describe.skipIf(skip)(`host probe SNAT and probe sets in a real namespace${skip 
   it('start: the golden SNAT rule over empty sets; verify in sync; flushes what a previous run left', async () => {
     newNode();
     // A previous agent left a set with an element (and no rules).
-    execIn(node.name, ['nft', `add table inet istio-ambient-nat; add set inet istio-ambient-nat ${V4} { type ipv4_addr; }; add element inet istio-ambient-nat ${V4} { 10.9.9.9 comment "old-pod" }`]);
+    execIn(node.name, [
+      'nft',
+      `add table inet istio-ambient-nat; add set inet istio-ambient-nat ${V4} { type ipv4_addr; }; add element inet istio-ambient-nat ${V4} { 10.9.9.9 comment "old-pod" }`,
+    ]);
     const host = dataplane();
     await host.start();
     const ruleset = nftRuleset(node);
-    expect(ruleset).toMatch(/meta l4proto tcp meta skuid 1000 ip daddr @istio-inpod-probes-v4 counter packets 0 bytes 0 snat ip to 169\.254\.7\.127/);
-    expect(ruleset).toMatch(/meta l4proto tcp meta skuid 1000 ip6 daddr @istio-inpod-probes-v6 counter packets 0 bytes 0 snat ip6 to fd16:9254:7127:1337:ffff:ffff:ffff:ffff/);
+    expect(ruleset).toMatch(
+      /meta l4proto tcp meta skuid 1000 ip daddr @istio-inpod-probes-v4 counter packets 0 bytes 0 snat ip to 169\.254\.7\.127/,
+    );
+    expect(ruleset).toMatch(
+      /meta l4proto tcp meta skuid 1000 ip6 daddr @istio-inpod-probes-v6 counter packets 0 bytes 0 snat ip6 to fd16:9254:7127:1337:ffff:ffff:ffff:ffff/,
+    );
     expect(ruleset).toContain('type nat hook postrouting priority srcnat; policy accept;');
     expect(setContents(node, V4)).toEqual({});
     expect(setContents(node, V6)).toEqual({});
@@ -109,7 +116,13 @@ describe.skipIf(skip)(`host probe SNAT and probe sets in a real namespace${skip 
     await host.podEnrolled('uid-b', ['10.1.0.6']);
     expect(setContents(node, V4)).toEqual({ '10.1.0.5': 'uid-a', '10.1.0.6': 'uid-b' });
     expect(setContents(node, V6)).toEqual({ 'fd00:1::5': 'uid-a' });
-    expect(await host.probeSets.list()).toEqual(new Map([['10.1.0.5', 'uid-a'], ['10.1.0.6', 'uid-b'], ['fd00:1::5', 'uid-a']]));
+    expect(await host.probeSets.list()).toEqual(
+      new Map([
+        ['10.1.0.5', 'uid-a'],
+        ['10.1.0.6', 'uid-b'],
+        ['fd00:1::5', 'uid-a'],
+      ]),
+    );
 
     // uid-a is gone without a removal and its IP is reused by uid-c: the new UID wins.
     await host.podEnrolled('uid-c', ['10.1.0.5']);
@@ -137,11 +150,17 @@ describe.skipIf(skip)(`host probe SNAT and probe sets in a real namespace${skip 
     // Something re-added between the flush and the kube sync (or a stale entry): pruned later.
     execIn(node.name, ['nft', `add element inet istio-ambient-nat ${V4} { 10.1.0.99 comment "stale" }`]);
 
-    await second.syncEnrolled([{ uid: 'uid-a', ips: ['10.1.0.5', 'fd00:1::5'] }, { uid: 'uid-pending', ips: [] }]);
+    await second.syncEnrolled([
+      { uid: 'uid-a', ips: ['10.1.0.5', 'fd00:1::5'] },
+      { uid: 'uid-pending', ips: [] },
+    ]);
     expect(second.lastSync).toMatchObject({ pruneApplied: false, added: 2 });
     expect(setContents(node, V4)).toEqual({ '10.1.0.5': 'uid-a', '10.1.0.99': 'stale' });
 
-    await second.syncEnrolled([{ uid: 'uid-a', ips: ['10.1.0.5', 'fd00:1::5'] }, { uid: 'uid-pending', ips: ['10.1.0.8'] }]);
+    await second.syncEnrolled([
+      { uid: 'uid-a', ips: ['10.1.0.5', 'fd00:1::5'] },
+      { uid: 'uid-pending', ips: ['10.1.0.8'] },
+    ]);
     expect(second.lastSync).toMatchObject({ pruneApplied: true, added: 1, pruned: 1, transactions: 1 });
     expect(setContents(node, V4)).toEqual({ '10.1.0.5': 'uid-a', '10.1.0.8': 'uid-pending' });
     expect(setContents(node, V6)).toEqual({ 'fd00:1::5': 'uid-a' });

@@ -10,7 +10,15 @@ import { IptablesInpodRules } from '../../src/rules/iptables-manager.js';
 import { NftablesInpodRules } from '../../src/rules/nftables-manager.js';
 import { defaultRuleSettings, NO_OVERRIDES, type PodOverrides } from '../../src/rules/settings.js';
 import { istioGoldenPath } from '../fixtures/istio-golden.js';
-import { createNetns, deleteAllNetns, deleteNetns, execIn, nftRuleset, privilegedSkipReason, requirePrivilegedInCi } from '../helpers/netns.js';
+import {
+  createNetns,
+  deleteAllNetns,
+  deleteNetns,
+  execIn,
+  nftRuleset,
+  privilegedSkipReason,
+  requirePrivilegedInCi,
+} from '../helpers/netns.js';
 
 requirePrivilegedInCi();
 const skip = privilegedSkipReason();
@@ -59,7 +67,12 @@ describe.skipIf(skip)(`in-pod rules in real namespaces${skip ? ` — skipped: ${
         try {
           await manager.apply(ns, c.overrides);
           expect(nftRuleset(pod).replace(/counter packets \d+ bytes \d+/g, 'counter')).toBe(goldenListing(file));
-          expect(await manager.verify(ns, c.overrides)).toMatchObject({ inSync: true, missing: [], extra: [], stamp: { nftGeneration: expect.any(Number) } }); // in sync, with the stamp of that listing
+          expect(await manager.verify(ns, c.overrides)).toMatchObject({
+            inSync: true,
+            missing: [],
+            extra: [],
+            stamp: { nftGeneration: expect.any(Number) },
+          }); // in sync, with the stamp of that listing
           await manager.apply(ns, c.overrides); // twice: still exactly one copy of everything
           expect(await manager.verify(ns, c.overrides)).toMatchObject({ inSync: true });
           const rules = execIn(pod.name, ['ip', 'rule']) + (ipv6 ? execIn(pod.name, ['ip', '-6', 'rule']) : '');
@@ -81,7 +94,11 @@ describe.skipIf(skip)(`in-pod rules in real namespaces${skip ? ` — skipped: ${
     execIn(pod.name, ['nft', 'add table inet keep-me; add chain inet keep-me c; add rule inet keep-me c counter']);
     execIn(pod.name, ['ip', 'rule', 'add', 'fwmark', '0x5', 'lookup', '55', 'pref', '40000']);
     execIn(pod.name, ['ip', 'route', 'add', 'local', '0.0.0.0/0', 'dev', 'lo', 'table', '55']);
-    const before = { nft: nftRuleset(pod), rules: execIn(pod.name, ['ip', 'rule']), routes: execIn(pod.name, ['ip', 'route', 'show', 'table', 'all']) };
+    const before = {
+      nft: nftRuleset(pod),
+      rules: execIn(pod.name, ['ip', 'rule']),
+      routes: execIn(pod.name, ['ip', 'route', 'show', 'table', 'all']),
+    };
     const ns = addon.openNetns(pod.path);
     try {
       await manager.apply(ns, NO_OVERRIDES);
@@ -114,7 +131,11 @@ describe.skipIf(skip)(`in-pod rules in real namespaces${skip ? ` — skipped: ${
       const report = await manager.verify(ns, NO_OVERRIDES);
       expect(report.inSync).toBe(false);
       expect(report.missing).toEqual([
-        expect.objectContaining({ kind: 'rule', where: 'inet istio-ambient-nat/istio-output', text: expect.stringContaining('redirect to :15001') }),
+        expect.objectContaining({
+          kind: 'rule',
+          where: 'inet istio-ambient-nat/istio-output',
+          text: expect.stringContaining('redirect to :15001'),
+        }),
         expect.objectContaining({ kind: 'ip-rule', where: 'ipv4' }),
       ]);
       expect(report.extra).toEqual([{ kind: 'rule', where: 'inet istio-ambient-mangle/istio-output', text: 'counter drop' }]);

@@ -56,7 +56,8 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
   let podNs: TestNetns;
   let peerNs: TestNetns;
 
-  const annotation = (): string | undefined => (api.pod('shop', 'web')?.metadata as { annotations?: Record<string, string> }).annotations?.[REDIRECTION];
+  const annotation = (): string | undefined =>
+    (api.pod('shop', 'web')?.metadata as { annotations?: Record<string, string> }).annotations?.[REDIRECTION];
   const hasRules = (ns: TestNetns): boolean => execIn(ns.name, ['nft', 'list', 'ruleset']).includes('table inet istio-ambient-nat');
 
   /** A veth from `ns` to the peer namespace carrying the pod IP, as a runtime's bridge plugin would. */
@@ -77,7 +78,20 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
     sandboxOf.set('uid-web', podNs.path);
     const addon = new NativeNetAddon();
     const config = loadAgentConfig(
-      ['--run-dir', join(dir, 'run'), '--zds-socket', join(dir, 'z.sock'), '--netns-root', '', '--health-port', '0', '--metrics-port', '0', '--ipv6', 'false'],
+      [
+        '--run-dir',
+        join(dir, 'run'),
+        '--zds-socket',
+        join(dir, 'z.sock'),
+        '--netns-root',
+        '',
+        '--health-port',
+        '0',
+        '--metrics-port',
+        '0',
+        '--ipv6',
+        'false',
+      ],
       {},
     );
     const finder = {
@@ -101,12 +115,25 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
     } as FakeObject);
     agent = new Agent(config, {
       addon,
-      makeMode: (deps) => new KubernetesMode(deps, { kc, nodeName: NODE, systemNamespace: 'istio-system', daemonSetName: 'istio-cni-node', disableSafeUpgrade: false, host: fakeHost, finder }),
+      makeMode: (deps) =>
+        new KubernetesMode(deps, {
+          kc,
+          nodeName: NODE,
+          systemNamespace: 'istio-system',
+          daemonSetName: 'istio-cni-node',
+          disableSafeUpgrade: false,
+          host: fakeHost,
+          finder,
+        }),
     });
     await agent.start();
     ztunnel = await FakeZtunnel.connect(config.zdsSocket);
     await ztunnel.waitFor(() => ztunnel.snapshotSent);
-    api.upsertNamespace({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop', labels: { 'istio.io/dataplane-mode': 'ambient' } } } as FakeObject);
+    api.upsertNamespace({
+      apiVersion: 'v1',
+      kind: 'Namespace',
+      metadata: { name: 'shop', labels: { 'istio.io/dataplane-mode': 'ambient' } },
+    } as FakeObject);
     await until(() => annotation() === 'enabled', 'enrolled');
     await until(() => agent.reconciler.status('uid-web')?.watched === true, 'watched');
   }, 30_000);
@@ -127,8 +154,12 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
     const metrics = await (await fetch(`http://127.0.0.1:${agent.metricsPort}/metrics`)).text();
     expect(metrics).toMatch(/ambient_node_agent_reconcile_repairs_total\{scope="pod",reason="nftables"\} 1/);
     expect(metrics).toMatch(/ambient_node_agent_reconcile_checks_total\{scope="pod",result="repaired"\} 1/);
-    const body = JSON.parse((await getDebug(debugSocketPath(agent.config.runDir), '/debug/pods')).body) as { pods: Array<{ uid: string; repairs: number; lastVerified: string | null; rules: string }> };
-    expect(body.pods).toEqual([expect.objectContaining({ uid: 'uid-web', repairs: 1, rules: 'verified', lastVerified: expect.any(String) })]);
+    const body = JSON.parse((await getDebug(debugSocketPath(agent.config.runDir), '/debug/pods')).body) as {
+      pods: Array<{ uid: string; repairs: number; lastVerified: string | null; rules: string }>;
+    };
+    expect(body.pods).toEqual([
+      expect.objectContaining({ uid: 'uid-web', repairs: 1, rules: 'verified', lastVerified: expect.any(String) }),
+    ]);
     expect(annotation()).toBe('enabled');
   });
 
@@ -169,7 +200,10 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
     await until(() => agent.registry.netnsOf('uid-web')?.ino === ino, 're-enrolled with the new netns');
     expect(oldHandle.closed).toBe(true);
     expect(hasRules(fresh)).toBe(true);
-    await until(() => ztunnel.messages.filter((m) => m.kind === 'add' && m.uid === 'uid-web').length === addsBefore + 1, 'ztunnel got the new netns');
+    await until(
+      () => ztunnel.messages.filter((m) => m.kind === 'add' && m.uid === 'uid-web').length === addsBefore + 1,
+      'ztunnel got the new netns',
+    );
     await until(() => agent.reconciler.status('uid-web')?.watched === true, 'the new netns watched');
     expect(annotation()).toBe('enabled');
   });

@@ -86,7 +86,9 @@ describe.skipIf(skip)(`pod netns paths (real files)${skip ? ` — skipped: ${ski
     mkdirSync(join(root, 'var', 'run', 'docker'), { recursive: true });
     symlinkSync('/var/run/netns', join(root, 'var', 'run', 'docker', 'netns')); // absolute: resolves outside the root
     const name = pod.path.split('/').at(-1)!;
-    expect(() => new PodNetnsOpener(addon, root).open(`/var/run/docker/netns/${name}`)).toThrow(/its directory resolves to \/(var\/)?run\/netns, outside --netns-root/);
+    expect(() => new PodNetnsOpener(addon, root).open(`/var/run/docker/netns/${name}`)).toThrow(
+      /its directory resolves to \/(var\/)?run\/netns, outside --netns-root/,
+    );
   });
 
   it("refuses the host's namespace (<proc-dir>/1/ns/net) even when the agent runs elsewhere", () => {

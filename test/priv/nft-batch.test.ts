@@ -8,7 +8,15 @@ import { currentThreadNetns } from '../helpers/netns-files.js';
 import { NftablesInpodRules } from '../../src/rules/nftables-manager.js';
 import { defaultRuleSettings, NO_OVERRIDES, type PodOverrides } from '../../src/rules/settings.js';
 import { istioGoldenPath } from '../fixtures/istio-golden.js';
-import { createNetns, deleteAllNetns, deleteNetns, execIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
+import {
+  createNetns,
+  deleteAllNetns,
+  deleteNetns,
+  execIn,
+  privilegedSkipReason,
+  requirePrivilegedInCi,
+  type TestNetns,
+} from '../helpers/netns.js';
 
 requirePrivilegedInCi();
 const skip = privilegedSkipReason();
@@ -20,7 +28,11 @@ const CASES: { file: string; dnsCapture: boolean; overrides: PodOverrides }[] = 
   { file: 'default', dnsCapture: true, overrides: NO_OVERRIDES },
   { file: 'ingress', dnsCapture: false, overrides: { ...NO_OVERRIDES, ingressMode: true } },
   { file: 'virtual_interfaces', dnsCapture: false, overrides: { ...NO_OVERRIDES, virtualInterfaces: VIRTUAL } },
-  { file: 'ingress_and_virtual_interfaces', dnsCapture: false, overrides: { ...NO_OVERRIDES, ingressMode: true, virtualInterfaces: VIRTUAL } },
+  {
+    file: 'ingress_and_virtual_interfaces',
+    dnsCapture: false,
+    overrides: { ...NO_OVERRIDES, ingressMode: true, virtualInterfaces: VIRTUAL },
+  },
   { file: 'dns_pod_disabled_and_on_globally', dnsCapture: true, overrides: { ...NO_OVERRIDES, dnsProxy: 'disabled' } },
   { file: 'dns_pod_enabled_and_off_globally', dnsCapture: false, overrides: { ...NO_OVERRIDES, dnsProxy: 'enabled' } },
 ];
@@ -130,12 +142,21 @@ describe.skipIf(skip)(`prebuilt nf_tables batches${skip ? ` — skipped: ${skip}
     const pod = createNetns('bad');
     const ns = addon.openNetns(pod.path);
     try {
-      await expect(addon.run(ns, [{ op: 'nftBatch', batch: new Uint8Array(0), script: '' }])).rejects.toMatchObject({ code: 'EINVAL', detail: 'the batch is empty' });
-      await expect(addon.run(ns, [{ op: 'nftBatch', batch: new Uint8Array(7), script: '' }])).rejects.toMatchObject({ code: 'EINVAL', detail: 'truncated netlink message' });
+      await expect(addon.run(ns, [{ op: 'nftBatch', batch: new Uint8Array(0), script: '' }])).rejects.toMatchObject({
+        code: 'EINVAL',
+        detail: 'the batch is empty',
+      });
+      await expect(addon.run(ns, [{ op: 'nftBatch', batch: new Uint8Array(7), script: '' }])).rejects.toMatchObject({
+        code: 'EINVAL',
+        detail: 'truncated netlink message',
+      });
       const wrongType = new Uint8Array(20);
       new DataView(wrongType.buffer).setUint32(0, 20, true);
       new DataView(wrongType.buffer).setUint16(4, (10 << 8) | 1, true); // NFNL_SUBSYS_NFTABLES, NFT_MSG_GETTABLE
-      await expect(addon.run(ns, [{ op: 'nftBatch', batch: wrongType, script: '' }])).rejects.toMatchObject({ code: 'EINVAL', detail: 'not a table, chain or rule message' });
+      await expect(addon.run(ns, [{ op: 'nftBatch', batch: wrongType, script: '' }])).rejects.toMatchObject({
+        code: 'EINVAL',
+        detail: 'not a table, chain or rule message',
+      });
       expect(execIn(pod.name, ['nft', 'list', 'ruleset'])).toBe('');
     } finally {
       ns.close();

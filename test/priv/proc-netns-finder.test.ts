@@ -112,7 +112,10 @@ describe.skipIf(skip)(`ProcNetnsFinder on real namespaces${skip ? ` — skipped:
 
       // Repeated scans do not accumulate fds either.
       for (let i = 0; i < 3; i++) {
-        const again = await finder.find([{ uid: UID_B, ips: ['10.251.0.2'] }, { uid: UID_A, ips: ['10.251.0.1'] }]);
+        const again = await finder.find([
+          { uid: UID_B, ips: ['10.251.0.2'] },
+          { uid: UID_A, ips: ['10.251.0.1'] },
+        ]);
         expect([...again.keys()]).toEqual([UID_A]);
         for (const h of again.values()) h.close();
       }

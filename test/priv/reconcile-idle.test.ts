@@ -41,38 +41,49 @@ describe.skipIf(skip)(`live reconciliation idle cost${skip ? ` — skipped: ${sk
     for (const ns of namespaces) deleteNetns(ns);
   });
 
-  it(`${PODS} idle pods for ${IDLE_S} s: < 1% of one core, <= 2 fds per pod`, async () => {
-    const addon = new NativeNetAddon();
-    addon.warmUp();
-    const rules = new StampedRules(new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false })));
-    registry = new PodRegistry({ podAdded: async () => undefined, podDeleted: async () => undefined });
-    for (let i = 0; i < PODS; i++) namespaces.push(createNetns('idle'));
-    const handles = namespaces.map((ns) => addon.openNetns(ns.path));
-    await mapLimit(handles, 4, (h) => rules.apply(h, NO_OVERRIDES));
-    const fdsBefore = fdCount();
-    let checks = 0;
-    reconciler = new Reconciler({ addon, routeTable: ROUTE_TABLE_INBOUND, intervalMs: 30_000, metrics: { repairs: () => undefined, check: () => void checks++ } });
-    reconcileRegisteredPods(reconciler, registry, rules, {});
-    reconciler.start();
-    handles.forEach((h, i) => registry!.adopt({ uid: `idle-${i}`, name: `idle-${i}`, namespace: 'test', serviceAccount: 'default' }, h));
-    // Settle: every watch open and its first check done.
-    const settleStart = Date.now();
-    while (checks < PODS && Date.now() - settleStart < 30_000) await new Promise((r) => setTimeout(r, 100));
-    expect(checks).toBeGreaterThanOrEqual(PODS);
-    const watchFds = reconciler.watchFds();
-    expect(watchFds).toBe(2 * PODS);
-    expect(fdCount() - fdsBefore).toBeLessThanOrEqual(2 * PODS + 4);
+  it(
+    `${PODS} idle pods for ${IDLE_S} s: < 1% of one core, <= 2 fds per pod`,
+    async () => {
+      const addon = new NativeNetAddon();
+      addon.warmUp();
+      const rules = new StampedRules(new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false })));
+      registry = new PodRegistry({ podAdded: async () => undefined, podDeleted: async () => undefined });
+      for (let i = 0; i < PODS; i++) namespaces.push(createNetns('idle'));
+      const handles = namespaces.map((ns) => addon.openNetns(ns.path));
+      await mapLimit(handles, 4, (h) => rules.apply(h, NO_OVERRIDES));
+      const fdsBefore = fdCount();
+      let checks = 0;
+      reconciler = new Reconciler({
+        addon,
+        routeTable: ROUTE_TABLE_INBOUND,
+        intervalMs: 30_000,
+        metrics: { repairs: () => undefined, check: () => void checks++ },
+      });
+      reconcileRegisteredPods(reconciler, registry, rules, {});
+      reconciler.start();
+      handles.forEach((h, i) => registry!.adopt({ uid: `idle-${i}`, name: `idle-${i}`, namespace: 'test', serviceAccount: 'default' }, h));
+      // Settle: every watch open and its first check done.
+      const settleStart = Date.now();
+      while (checks < PODS && Date.now() - settleStart < 30_000) await new Promise((r) => setTimeout(r, 100));
+      expect(checks).toBeGreaterThanOrEqual(PODS);
+      const watchFds = reconciler.watchFds();
+      expect(watchFds).toBe(2 * PODS);
+      expect(fdCount() - fdsBefore).toBeLessThanOrEqual(2 * PODS + 4);
 
-    const cpu0 = cpuMs();
-    const t0 = Date.now();
-    const checks0 = checks;
-    await new Promise((r) => setTimeout(r, IDLE_S * 1000));
-    const share = (cpuMs() - cpu0) / (Date.now() - t0);
-    console.log(`idle ${PODS} pods ${IDLE_S}s: cpu ${(share * 100).toFixed(3)}% of one core, ${watchFds / PODS} watch fds per pod, ${checks - checks0} sweep checks`);
-    expect(share).toBeLessThan(0.01);
-    // Only the sweeps checked anything (every pod once per sweep), no event-driven churn.
-    expect((checks - checks0) % PODS).toBe(0);
-    expect(checks - checks0).toBeLessThanOrEqual(PODS * Math.ceil(IDLE_S / 30));
-    for (let i = 0; i < PODS; i++) expect(reconciler.status(`idle-${i}`)?.repairs).toBe(0);
-  }, 180_000 + IDLE_S * 1000);
+      const cpu0 = cpuMs();
+      const t0 = Date.now();
+      const checks0 = checks;
+      await new Promise((r) => setTimeout(r, IDLE_S * 1000));
+      const share = (cpuMs() - cpu0) / (Date.now() - t0);
+      console.log(
+        `idle ${PODS} pods ${IDLE_S}s: cpu ${(share * 100).toFixed(3)}% of one core, ${watchFds / PODS} watch fds per pod, ${checks - checks0} sweep checks`,
+      );
+      expect(share).toBeLessThan(0.01);
+      // Only the sweeps checked anything (every pod once per sweep), no event-driven churn.
+      expect((checks - checks0) % PODS).toBe(0);
+      expect(checks - checks0).toBeLessThanOrEqual(PODS * Math.ceil(IDLE_S / 30));
+      for (let i = 0; i < PODS; i++) expect(reconciler.status(`idle-${i}`)?.repairs).toBe(0);
+    },
+    180_000 + IDLE_S * 1000,
+  );
 });

@@ -14,7 +14,13 @@ import { HostDataplane } from '../../src/host/host-dataplane.js';
 import { hostTarget, reconcileRegisteredPods } from '../../src/reconcile/pod-targets.js';
 import { Reconciler, type ReconcileScope } from '../../src/reconcile/reconciler.js';
 import { StampedRules } from '../../src/reconcile/stamped-rules.js';
-import { INPOD_MARK, IP_RULE_PRIORITY, ROUTE_TABLE_INBOUND, ZTUNNEL_INBOUND_PLAINTEXT_PORT, ZTUNNEL_OUTBOUND_PORT } from '../../src/rules/constants.js';
+import {
+  INPOD_MARK,
+  IP_RULE_PRIORITY,
+  ROUTE_TABLE_INBOUND,
+  ZTUNNEL_INBOUND_PLAINTEXT_PORT,
+  ZTUNNEL_OUTBOUND_PORT,
+} from '../../src/rules/constants.js';
 import { NftablesInpodRules } from '../../src/rules/nftables-manager.js';
 import { defaultRuleSettings, NO_OVERRIDES } from '../../src/rules/settings.js';
 import { PodRegistry } from '../../src/zds/registry.js';
@@ -106,8 +112,20 @@ describe.skipIf(skip)(`live reconciliation in real namespaces${skip ? ` — skip
     const podListenNs = addon.openNetns(podNs.path);
     const peer = addon.openNetns(peerNs.path);
     handles.push(podListenNs, peer);
-    servers.push(await TrafficServer.listen(addon, podListenNs, 'outbound-15001', { address: '0.0.0.0', port: ZTUNNEL_OUTBOUND_PORT, mark: INPOD_MARK }));
-    servers.push(await TrafficServer.listen(addon, podListenNs, 'inbound-15006', { address: '0.0.0.0', port: ZTUNNEL_INBOUND_PLAINTEXT_PORT, mark: INPOD_MARK }));
+    servers.push(
+      await TrafficServer.listen(addon, podListenNs, 'outbound-15001', {
+        address: '0.0.0.0',
+        port: ZTUNNEL_OUTBOUND_PORT,
+        mark: INPOD_MARK,
+      }),
+    );
+    servers.push(
+      await TrafficServer.listen(addon, podListenNs, 'inbound-15006', {
+        address: '0.0.0.0',
+        port: ZTUNNEL_INBOUND_PLAINTEXT_PORT,
+        mark: INPOD_MARK,
+      }),
+    );
     servers.push(await TrafficServer.listen(addon, podListenNs, 'pod-8080', { address: POD_IP, port: APP_PORT }));
     app = await TrafficServer.listen(addon, peer, 'peer-8080', { address: PEER_IP, port: APP_PORT });
     servers.push(app);
@@ -150,9 +168,23 @@ describe.skipIf(skip)(`live reconciliation in real namespaces${skip ? ` — skip
   });
 
   it('the table-100 route deleted: back within 1 s, traffic captured', async () => {
-    const route = (): boolean => execIn(podNs.name, ['ip', 'route', 'show', 'table', String(ROUTE_TABLE_INBOUND)]).includes('local default dev lo');
+    const route = (): boolean =>
+      execIn(podNs.name, ['ip', 'route', 'show', 'table', String(ROUTE_TABLE_INBOUND)]).includes('local default dev lo');
     expect(route()).toBe(true);
-    await run('ip', ['netns', 'exec', podNs.name, 'ip', 'route', 'del', 'local', 'default', 'dev', 'lo', 'table', String(ROUTE_TABLE_INBOUND)]);
+    await run('ip', [
+      'netns',
+      'exec',
+      podNs.name,
+      'ip',
+      'route',
+      'del',
+      'local',
+      'default',
+      'dev',
+      'lo',
+      'table',
+      String(ROUTE_TABLE_INBOUND),
+    ]);
     await within(1_000, 'route back', route);
     await expectCaptured('after-route');
   });
@@ -189,7 +221,9 @@ describe.skipIf(skip)(`live reconciliation in real namespaces${skip ? ` — skip
     await host.start();
     const enrolled = [{ uid: 'uid-pod', ips: [POD_IP] }];
     await host.syncEnrolled(enrolled);
-    reconciler.add(hostTarget({ netns: hostNetns, nftTables: ['istio-ambient-nat'], verify: () => host.verify(), repair: () => host.repair(enrolled) }));
+    reconciler.add(
+      hostTarget({ netns: hostNetns, nftTables: ['istio-ambient-nat'], verify: () => host.verify(), repair: () => host.repair(enrolled) }),
+    );
     await within(2_000, 'host first check', () => reconciler.status('host')?.lastVerified !== null);
     // Another agent's table (kube-proxy, a CNI) changing in the node netns is not an event for us.
     const checksBefore = counts.checks;
@@ -200,7 +234,12 @@ describe.skipIf(skip)(`live reconciliation in real namespaces${skip ? ` — skip
     const before = repairs('host');
     const complete = (): boolean => {
       const text = nftIn(node);
-      return text.includes('meta skuid 4242') && text.includes('set istio-inpod-probes-v4') && text.includes('set istio-inpod-probes-v6') && text.includes(POD_IP);
+      return (
+        text.includes('meta skuid 4242') &&
+        text.includes('set istio-inpod-probes-v4') &&
+        text.includes('set istio-inpod-probes-v6') &&
+        text.includes(POD_IP)
+      );
     };
     expect(complete()).toBe(true);
     await run('ip', ['netns', 'exec', node.name, 'nft', 'flush', 'ruleset']);

@@ -6,11 +6,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
 import { NativeNetAddon, type NetnsHandle } from '../../src/addon/net-addon.js';
-import {
-  INPOD_MARK,
-  ZTUNNEL_INBOUND_PLAINTEXT_PORT,
-  ZTUNNEL_OUTBOUND_PORT,
-} from '../../src/rules/constants.js';
+import { INPOD_MARK, ZTUNNEL_INBOUND_PLAINTEXT_PORT, ZTUNNEL_OUTBOUND_PORT } from '../../src/rules/constants.js';
 import { describeDrift } from '../../src/rules/drift.js';
 import { NftablesInpodRules } from '../../src/rules/nftables-manager.js';
 import { defaultRuleSettings, NO_OVERRIDES } from '../../src/rules/settings.js';
@@ -60,8 +56,7 @@ describe.skipIf(skipReason)(`in-pod nftables rules redirect real traffic${skipRe
   let inbound: TrafficServer; // pod 0.0.0.0:15006, marked like ztunnel's
   let app: TrafficServer; // peer PEER_IP:8080, no mark
 
-  const everyToken = (): Map<string, string[]> =>
-    new Map(servers.map((s) => [s.label, s.tokens()]));
+  const everyToken = (): Map<string, string[]> => new Map(servers.map((s) => [s.label, s.tokens()]));
 
   /** Asserts that exactly one server saw `token`, and that it was `label`. */
   function expectOnlySeenBy(label: string, token: string): void {
@@ -160,28 +155,39 @@ describe.skipIf(skipReason)(`in-pod nftables rules redirect real traffic${skipRe
       expect(line, `pod listener on ${port}`).toBeDefined();
       expect(line).toContain(mark);
     }
-    const peerListener = execIn(peerNs.name, ['ss', '-Htlne']).split('\n').find((l) => l.includes(`${PEER_IP}:${APP_PORT} `));
+    const peerListener = execIn(peerNs.name, ['ss', '-Htlne'])
+      .split('\n')
+      .find((l) => l.includes(`${PEER_IP}:${APP_PORT} `));
     expect(peerListener, `peer listener on ${APP_PORT}`).toBeDefined();
     expect(peerListener).not.toContain('fwmark:');
   });
 
   describe('before the rules are applied (control)', () => {
-    it('an unmarked connection from the pod goes straight to the peer', async () => {
-      const { token, result } = await outboundFromPod('control-out');
-      expect(result.reply).toBe(`peer-8080 ${token}`);
-      expect(result.remoteAddress).toBe(PEER_IP);
-      expect(result.remotePort).toBe(APP_PORT);
-      const seen = await app.waitFor(token);
-      expect(seen).toMatchObject({ localAddress: PEER_IP, localPort: APP_PORT, remoteAddress: POD_IP, remotePort: result.localPort });
-      expectOnlySeenBy('peer-8080', token);
-    }, CASE_TIMEOUT_MS);
+    it(
+      'an unmarked connection from the pod goes straight to the peer',
+      async () => {
+        const { token, result } = await outboundFromPod('control-out');
+        expect(result.reply).toBe(`peer-8080 ${token}`);
+        expect(result.remoteAddress).toBe(PEER_IP);
+        expect(result.remotePort).toBe(APP_PORT);
+        const seen = await app.waitFor(token);
+        expect(seen).toMatchObject({ localAddress: PEER_IP, localPort: APP_PORT, remoteAddress: POD_IP, remotePort: result.localPort });
+        expectOnlySeenBy('peer-8080', token);
+      },
+      CASE_TIMEOUT_MS,
+    );
 
-    it('a connection from the peer to the pod on 8080 is refused (nothing listens there)', async () => {
-      const before = inbound.accepted.length;
-      await expect(exchangeFrom(addon, peer, { address: POD_IP, port: APP_PORT, token: uniqueToken('control-in') }))
-        .rejects.toMatchObject({ code: 'ECONNREFUSED' });
-      expect(inbound.accepted).toHaveLength(before);
-    }, CASE_TIMEOUT_MS);
+    it(
+      'a connection from the peer to the pod on 8080 is refused (nothing listens there)',
+      async () => {
+        const before = inbound.accepted.length;
+        await expect(
+          exchangeFrom(addon, peer, { address: POD_IP, port: APP_PORT, token: uniqueToken('control-in') }),
+        ).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+        expect(inbound.accepted).toHaveLength(before);
+      },
+      CASE_TIMEOUT_MS,
+    );
   });
 
   describe('with the rules applied', () => {
@@ -189,84 +195,113 @@ describe.skipIf(skipReason)(`in-pod nftables rules redirect real traffic${skipRe
       await manager.apply(pod, NO_OVERRIDES);
     });
 
-    it('installs the rules (verify in sync, nft lists the tables)', async () => {
-      const drift = await manager.verify(pod, NO_OVERRIDES);
-      expect(describeDrift(drift)).toEqual([]);
-      expect(nftRuleset(podNs)).toContain(`redirect to :${ZTUNNEL_OUTBOUND_PORT}`);
-      expect(ipIn(podNs.name, ['-4', 'rule', 'show'])).toMatch(/fwmark 0x111\/0xfff lookup 100/);
-    }, CASE_TIMEOUT_MS);
+    it(
+      'installs the rules (verify in sync, nft lists the tables)',
+      async () => {
+        const drift = await manager.verify(pod, NO_OVERRIDES);
+        expect(describeDrift(drift)).toEqual([]);
+        expect(nftRuleset(podNs)).toContain(`redirect to :${ZTUNNEL_OUTBOUND_PORT}`);
+        expect(ipIn(podNs.name, ['-4', 'rule', 'show'])).toMatch(/fwmark 0x111\/0xfff lookup 100/);
+      },
+      CASE_TIMEOUT_MS,
+    );
 
-    it('captures an unmarked outbound connection into the 15001 listener, not the peer', async () => {
-      const { token, result } = await outboundFromPod('captured');
-      expect(result.reply).toBe(`outbound-15001 ${token}`);
-      // The application still believes it talks to the peer's 8080...
-      expect(result.remoteAddress).toBe(PEER_IP);
-      expect(result.remotePort).toBe(APP_PORT);
-      expect(result.localAddress).toBe(POD_IP);
-      // ...while ztunnel's listener accepted it (REDIRECT in output rewrites to 127.0.0.1).
-      const seen = await outbound.waitFor(token);
-      expect(seen).toMatchObject({
-        localAddress: '127.0.0.1',
-        localPort: ZTUNNEL_OUTBOUND_PORT,
-        remoteAddress: POD_IP,
-        remotePort: result.localPort,
-      });
-      expectOnlySeenBy('outbound-15001', token);
-    }, CASE_TIMEOUT_MS);
-
-    it('lets a connection marked 0x539 (ztunnel\'s own) reach the peer uncaptured', async () => {
-      const outboundBefore = outbound.accepted.length;
-      const { token, result } = await outboundFromPod('marked', INPOD_MARK);
-      expect(result.reply).toBe(`peer-8080 ${token}`);
-      const seen = await app.waitFor(token);
-      expect(seen).toMatchObject({ localAddress: PEER_IP, localPort: APP_PORT, remoteAddress: POD_IP, remotePort: result.localPort });
-      expectOnlySeenBy('peer-8080', token);
-      expect(outbound.accepted).toHaveLength(outboundBefore);
-    }, CASE_TIMEOUT_MS);
-
-    it('keeps the original destination in conntrack (what ztunnel reads with SO_ORIGINAL_DST)', async (ctx) => {
-      if (podConntrack() === undefined) ctx.skip('kernel has no /proc/net/nf_conntrack (CONFIG_NF_CONNTRACK_PROCFS)');
-      const captured = await outboundFromPod('conntrack-captured');
-      const marked = await outboundFromPod('conntrack-marked', INPOD_MARK);
-      expect(captured.result.reply).toBe(`outbound-15001 ${captured.token}`);
-      expect(marked.result.reply).toBe(`peer-8080 ${marked.token}`);
-      const entries = podConntrack() ?? [];
-      const capturedEntry = conntrackOf(entries, captured.result.localPort);
-      expect(capturedEntry, 'conntrack entry of the captured connection').toBeDefined();
-      // Sent to the peer's 8080, answered by 127.0.0.1:15001.
-      expect(capturedEntry?.original).toEqual({ src: POD_IP, dst: PEER_IP, sport: captured.result.localPort, dport: APP_PORT });
-      expect(capturedEntry?.reply).toEqual({ src: '127.0.0.1', dst: POD_IP, sport: ZTUNNEL_OUTBOUND_PORT, dport: captured.result.localPort });
-      const markedEntry = conntrackOf(entries, marked.result.localPort);
-      expect(markedEntry, 'conntrack entry of the marked connection').toBeDefined();
-      // Not translated: the reply really comes from the peer.
-      expect(markedEntry?.original).toEqual({ src: POD_IP, dst: PEER_IP, sport: marked.result.localPort, dport: APP_PORT });
-      expect(markedEntry?.reply).toEqual({ src: PEER_IP, dst: POD_IP, sport: APP_PORT, dport: marked.result.localPort });
-    }, CASE_TIMEOUT_MS);
-
-    it('captures an inbound connection to the pod\'s 8080 into the 15006 listener', async () => {
-      const token = uniqueToken('inbound');
-      const result = await exchangeFrom(addon, peer, { address: POD_IP, port: APP_PORT, token });
-      expect(result.reply).toBe(`inbound-15006 ${token}`);
-      expect(result.remoteAddress).toBe(POD_IP);
-      expect(result.remotePort).toBe(APP_PORT);
-      const seen = await inbound.waitFor(token);
-      // REDIRECT in prerouting rewrites to the address of the incoming interface.
-      expect(seen).toMatchObject({
-        localAddress: POD_IP,
-        localPort: ZTUNNEL_INBOUND_PLAINTEXT_PORT,
-        remoteAddress: PEER_IP,
-        remotePort: result.localPort,
-      });
-      expectOnlySeenBy('inbound-15006', token);
-    }, CASE_TIMEOUT_MS);
-
-    it('captures every unmarked connection, not only the first one', async () => {
-      for (let i = 0; i < 3; i++) {
-        const { token, result } = await outboundFromPod(`captured-again${i}`);
+    it(
+      'captures an unmarked outbound connection into the 15001 listener, not the peer',
+      async () => {
+        const { token, result } = await outboundFromPod('captured');
         expect(result.reply).toBe(`outbound-15001 ${token}`);
+        // The application still believes it talks to the peer's 8080...
+        expect(result.remoteAddress).toBe(PEER_IP);
+        expect(result.remotePort).toBe(APP_PORT);
+        expect(result.localAddress).toBe(POD_IP);
+        // ...while ztunnel's listener accepted it (REDIRECT in output rewrites to 127.0.0.1).
+        const seen = await outbound.waitFor(token);
+        expect(seen).toMatchObject({
+          localAddress: '127.0.0.1',
+          localPort: ZTUNNEL_OUTBOUND_PORT,
+          remoteAddress: POD_IP,
+          remotePort: result.localPort,
+        });
         expectOnlySeenBy('outbound-15001', token);
-      }
-    }, CASE_TIMEOUT_MS);
+      },
+      CASE_TIMEOUT_MS,
+    );
+
+    it(
+      "lets a connection marked 0x539 (ztunnel's own) reach the peer uncaptured",
+      async () => {
+        const outboundBefore = outbound.accepted.length;
+        const { token, result } = await outboundFromPod('marked', INPOD_MARK);
+        expect(result.reply).toBe(`peer-8080 ${token}`);
+        const seen = await app.waitFor(token);
+        expect(seen).toMatchObject({ localAddress: PEER_IP, localPort: APP_PORT, remoteAddress: POD_IP, remotePort: result.localPort });
+        expectOnlySeenBy('peer-8080', token);
+        expect(outbound.accepted).toHaveLength(outboundBefore);
+      },
+      CASE_TIMEOUT_MS,
+    );
+
+    it(
+      'keeps the original destination in conntrack (what ztunnel reads with SO_ORIGINAL_DST)',
+      async (ctx) => {
+        if (podConntrack() === undefined) ctx.skip('kernel has no /proc/net/nf_conntrack (CONFIG_NF_CONNTRACK_PROCFS)');
+        const captured = await outboundFromPod('conntrack-captured');
+        const marked = await outboundFromPod('conntrack-marked', INPOD_MARK);
+        expect(captured.result.reply).toBe(`outbound-15001 ${captured.token}`);
+        expect(marked.result.reply).toBe(`peer-8080 ${marked.token}`);
+        const entries = podConntrack() ?? [];
+        const capturedEntry = conntrackOf(entries, captured.result.localPort);
+        expect(capturedEntry, 'conntrack entry of the captured connection').toBeDefined();
+        // Sent to the peer's 8080, answered by 127.0.0.1:15001.
+        expect(capturedEntry?.original).toEqual({ src: POD_IP, dst: PEER_IP, sport: captured.result.localPort, dport: APP_PORT });
+        expect(capturedEntry?.reply).toEqual({
+          src: '127.0.0.1',
+          dst: POD_IP,
+          sport: ZTUNNEL_OUTBOUND_PORT,
+          dport: captured.result.localPort,
+        });
+        const markedEntry = conntrackOf(entries, marked.result.localPort);
+        expect(markedEntry, 'conntrack entry of the marked connection').toBeDefined();
+        // Not translated: the reply really comes from the peer.
+        expect(markedEntry?.original).toEqual({ src: POD_IP, dst: PEER_IP, sport: marked.result.localPort, dport: APP_PORT });
+        expect(markedEntry?.reply).toEqual({ src: PEER_IP, dst: POD_IP, sport: APP_PORT, dport: marked.result.localPort });
+      },
+      CASE_TIMEOUT_MS,
+    );
+
+    it(
+      "captures an inbound connection to the pod's 8080 into the 15006 listener",
+      async () => {
+        const token = uniqueToken('inbound');
+        const result = await exchangeFrom(addon, peer, { address: POD_IP, port: APP_PORT, token });
+        expect(result.reply).toBe(`inbound-15006 ${token}`);
+        expect(result.remoteAddress).toBe(POD_IP);
+        expect(result.remotePort).toBe(APP_PORT);
+        const seen = await inbound.waitFor(token);
+        // REDIRECT in prerouting rewrites to the address of the incoming interface.
+        expect(seen).toMatchObject({
+          localAddress: POD_IP,
+          localPort: ZTUNNEL_INBOUND_PLAINTEXT_PORT,
+          remoteAddress: PEER_IP,
+          remotePort: result.localPort,
+        });
+        expectOnlySeenBy('inbound-15006', token);
+      },
+      CASE_TIMEOUT_MS,
+    );
+
+    it(
+      'captures every unmarked connection, not only the first one',
+      async () => {
+        for (let i = 0; i < 3; i++) {
+          const { token, result } = await outboundFromPod(`captured-again${i}`);
+          expect(result.reply).toBe(`outbound-15001 ${token}`);
+          expectOnlySeenBy('outbound-15001', token);
+        }
+      },
+      CASE_TIMEOUT_MS,
+    );
   });
 
   describe('after the rules are removed', () => {
@@ -274,29 +309,42 @@ describe.skipIf(skipReason)(`in-pod nftables rules redirect real traffic${skipRe
       await manager.remove(pod);
     });
 
-    it('leaves no agent tables behind', async () => {
-      expect(nftRuleset(podNs)).not.toMatch(/istio-ambient/);
-      expect(ipIn(podNs.name, ['-4', 'rule', 'show'])).not.toMatch(/fwmark 0x111/);
-      expect(ipIn(podNs.name, ['-4', 'route', 'show', 'table', '100'])).toBe('');
-      const drift = await manager.verify(pod, NO_OVERRIDES);
-      expect(drift.inSync).toBe(false);
-    }, CASE_TIMEOUT_MS);
+    it(
+      'leaves no agent tables behind',
+      async () => {
+        expect(nftRuleset(podNs)).not.toMatch(/istio-ambient/);
+        expect(ipIn(podNs.name, ['-4', 'rule', 'show'])).not.toMatch(/fwmark 0x111/);
+        expect(ipIn(podNs.name, ['-4', 'route', 'show', 'table', '100'])).toBe('');
+        const drift = await manager.verify(pod, NO_OVERRIDES);
+        expect(drift.inSync).toBe(false);
+      },
+      CASE_TIMEOUT_MS,
+    );
 
-    it('an unmarked connection from the pod reaches the peer again', async () => {
-      const outboundBefore = outbound.accepted.length;
-      const { token, result } = await outboundFromPod('removed-out');
-      expect(result.reply).toBe(`peer-8080 ${token}`);
-      const seen = await app.waitFor(token);
-      expect(seen).toMatchObject({ localAddress: PEER_IP, localPort: APP_PORT, remoteAddress: POD_IP, remotePort: result.localPort });
-      expectOnlySeenBy('peer-8080', token);
-      expect(outbound.accepted).toHaveLength(outboundBefore);
-    }, CASE_TIMEOUT_MS);
+    it(
+      'an unmarked connection from the pod reaches the peer again',
+      async () => {
+        const outboundBefore = outbound.accepted.length;
+        const { token, result } = await outboundFromPod('removed-out');
+        expect(result.reply).toBe(`peer-8080 ${token}`);
+        const seen = await app.waitFor(token);
+        expect(seen).toMatchObject({ localAddress: PEER_IP, localPort: APP_PORT, remoteAddress: POD_IP, remotePort: result.localPort });
+        expectOnlySeenBy('peer-8080', token);
+        expect(outbound.accepted).toHaveLength(outboundBefore);
+      },
+      CASE_TIMEOUT_MS,
+    );
 
-    it('an inbound connection to the pod\'s 8080 is refused again', async () => {
-      const before = inbound.accepted.length;
-      await expect(exchangeFrom(addon, peer, { address: POD_IP, port: APP_PORT, token: uniqueToken('removed-in') }))
-        .rejects.toMatchObject({ code: 'ECONNREFUSED' });
-      expect(inbound.accepted).toHaveLength(before);
-    }, CASE_TIMEOUT_MS);
+    it(
+      "an inbound connection to the pod's 8080 is refused again",
+      async () => {
+        const before = inbound.accepted.length;
+        await expect(
+          exchangeFrom(addon, peer, { address: POD_IP, port: APP_PORT, token: uniqueToken('removed-in') }),
+        ).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+        expect(inbound.accepted).toHaveLength(before);
+      },
+      CASE_TIMEOUT_MS,
+    );
   });
 });

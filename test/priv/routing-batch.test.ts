@@ -10,7 +10,9 @@ requirePrivilegedInCi();
 const skip = privilegedSkipReason();
 
 const rules = (ns: string, family: 4 | 6): string[] =>
-  execIn(ns, ['ip', `-${family}`, 'rule']).split('\n').filter((l) => l.includes('fwmark 0x111/0xfff lookup 100'));
+  execIn(ns, ['ip', `-${family}`, 'rule'])
+    .split('\n')
+    .filter((l) => l.includes('fwmark 0x111/0xfff lookup 100'));
 const routes = (ns: string, family: 4 | 6): string => execIn(ns, ['ip', `-${family}`, 'route', 'show', 'table', '100']).trim();
 
 describe.skipIf(skip)(`routing in one rtnetlink batch${skip ? ` — skipped: ${skip}` : ''}`, () => {
@@ -23,8 +25,10 @@ describe.skipIf(skip)(`routing in one rtnetlink batch${skip ? ` — skipped: ${s
     try {
       const [first] = await addon.run(ns, routingApplySteps(true));
       expect(first!.changes).toEqual([
-        { changed: true, skipped: false }, { changed: true, skipped: false },
-        { changed: true, skipped: false }, { changed: true, skipped: false },
+        { changed: true, skipped: false },
+        { changed: true, skipped: false },
+        { changed: true, skipped: false },
+        { changed: true, skipped: false },
       ]);
       const [again] = await addon.run(ns, routingApplySteps(true));
       expect(again!.changes.map((c) => c.changed)).toEqual([true, false, true, false]); // replace, then EEXIST
@@ -65,15 +69,19 @@ describe.skipIf(skip)(`routing in one rtnetlink batch${skip ? ` — skipped: ${s
     try {
       // lo without IPv6 cannot take an IPv6 route: the kernel refuses the second change.
       execIn(pod.name, ['sysctl', '-q', '-w', 'net.ipv6.conf.lo.disable_ipv6=1']);
-      const refused = addon.run(ns, [{
-        op: 'routing',
-        changes: [
-          { kind: 'addFwmarkRule', family: 4, mark: 0x111, mask: 0xfff, priority: 32764, table: 100 },
-          { kind: 'replaceLocalRoute', family: 6, table: 100, dev: 'lo' },
-        ],
-      }]);
+      const refused = addon.run(ns, [
+        {
+          op: 'routing',
+          changes: [
+            { kind: 'addFwmarkRule', family: 4, mark: 0x111, mask: 0xfff, priority: 32764, table: 100 },
+            { kind: 'replaceLocalRoute', family: 6, table: 100, dev: 'lo' },
+          ],
+        },
+      ]);
       await expect(refused).rejects.toMatchObject({ syscall: 'RTM_NEWROUTE', path: '::/0' });
-      await expect(addon.run(ns, [{ op: 'routing', changes: [{ kind: 'replaceLocalRoute', family: 4, table: 100, dev: 'nosuchdev0' }] }])).rejects.toMatchObject({ code: 'ENODEV' });
+      await expect(
+        addon.run(ns, [{ op: 'routing', changes: [{ kind: 'replaceLocalRoute', family: 4, table: 100, dev: 'nosuchdev0' }] }]),
+      ).rejects.toMatchObject({ code: 'ENODEV' });
     } finally {
       ns.close();
       deleteNetns(pod);

@@ -66,7 +66,13 @@ describe.skipIf(skip)(`soak: ${CYCLES} add/delete cycles through the agent${skip
     ContainerID: `c${n}`,
     IPs: [{ Interface: 0, Address: { IP: `10.99.${(n >> 8) & 255}.${n & 255}`, Mask: '////AA==' }, Gateway: '10.99.0.1' }],
   });
-  const delEvent = (ns: TestNetns, n: number) => ({ Netns: ns.path, PodName: `soak-${n}`, PodNamespace: 'soak', PodUID: `soak-${n}`, ContainerID: `c${n}` });
+  const delEvent = (ns: TestNetns, n: number) => ({
+    Netns: ns.path,
+    PodName: `soak-${n}`,
+    PodNamespace: 'soak',
+    PodUID: `soak-${n}`,
+    ContainerID: `c${n}`,
+  });
 
   /** Cycles [from, to) spread over the namespaces: each namespace runs its pods one after the other. */
   async function cycles(from: number, to: number): Promise<void> {
@@ -86,7 +92,20 @@ describe.skipIf(skip)(`soak: ${CYCLES} add/delete cycles through the agent${skip
     dir = mkdtempSync(join(tmpdir(), 'ana-soak-'));
     for (let i = 0; i < NAMESPACES; i++) namespaces.push(createNetns('soak'));
     config = loadAgentConfig(
-      ['--kube-mode', 'none', '--run-dir', join(dir, 'run'), '--zds-socket', join(dir, 'ztunnel.sock'), '--netns-root', '', '--health-port', '0', '--metrics-port', '0'],
+      [
+        '--kube-mode',
+        'none',
+        '--run-dir',
+        join(dir, 'run'),
+        '--zds-socket',
+        join(dir, 'ztunnel.sock'),
+        '--netns-root',
+        '',
+        '--health-port',
+        '0',
+        '--metrics-port',
+        '0',
+      ],
       {},
     );
     agent = new Agent(config, { makeMode: (d) => new StandaloneMode(d) });
@@ -105,48 +124,57 @@ describe.skipIf(skip)(`soak: ${CYCLES} add/delete cycles through the agent${skip
     }
   }, 30_000);
 
-  it('keeps fds, netns handles, memory and the addon executor flat', async () => {
-    await cycles(0, WARM_UP);
-    const baseline = { fds: fdCount(), netns: netnsFds(process.pid), stats: agent!.addon.stats(), memory: memoryMb() };
+  it(
+    'keeps fds, netns handles, memory and the addon executor flat',
+    async () => {
+      await cycles(0, WARM_UP);
+      const baseline = { fds: fdCount(), netns: netnsFds(process.pid), stats: agent!.addon.stats(), memory: memoryMb() };
 
-    const started = Date.now();
-    // RSS at every tenth of the run: the allocator's arenas settle early, a leak keeps growing.
-    const curve: number[] = [];
-    const heapCurve: number[] = [];
-    const step = Math.ceil((CYCLES - WARM_UP) / 10 / NAMESPACES) * NAMESPACES;
-    for (let from = WARM_UP; from < CYCLES; from += step) {
-      await cycles(from, Math.min(CYCLES, from + step));
-      const m = memoryMb();
-      curve.push(m.rss);
-      heapCurve.push(m.heap);
-    }
-    const seconds = (Date.now() - started) / 1000;
-    const after = { fds: fdCount(), netns: netnsFds(process.pid), stats: agent!.addon.stats(), memory: memoryMb() };
-    const jobs = after.stats.jobsRun - baseline.stats.jobsRun;
-    console.log(
-      `soak: ${CYCLES - WARM_UP} cycles in ${seconds.toFixed(1)} s (${(((CYCLES - WARM_UP) / seconds)).toFixed(0)}/s, ${NAMESPACES} in flight); ` +
-        `RSS ${baseline.memory.rss.toFixed(1)} -> ${after.memory.rss.toFixed(1)} MB, heap ${baseline.memory.heap.toFixed(1)} -> ${after.memory.heap.toFixed(1)} MB; ` +
-        `fds ${baseline.fds} -> ${after.fds}; addon jobs ${jobs}, threads ${JSON.stringify(after.stats)}; RSS curve ${curve.map((x) => x.toFixed(1)).join(' ')}, heap curve ${heapCurve.map((x) => x.toFixed(1)).join(' ')}`,
-    );
+      const started = Date.now();
+      // RSS at every tenth of the run: the allocator's arenas settle early, a leak keeps growing.
+      const curve: number[] = [];
+      const heapCurve: number[] = [];
+      const step = Math.ceil((CYCLES - WARM_UP) / 10 / NAMESPACES) * NAMESPACES;
+      for (let from = WARM_UP; from < CYCLES; from += step) {
+        await cycles(from, Math.min(CYCLES, from + step));
+        const m = memoryMb();
+        curve.push(m.rss);
+        heapCurve.push(m.heap);
+      }
+      const seconds = (Date.now() - started) / 1000;
+      const after = { fds: fdCount(), netns: netnsFds(process.pid), stats: agent!.addon.stats(), memory: memoryMb() };
+      const jobs = after.stats.jobsRun - baseline.stats.jobsRun;
+      console.log(
+        `soak: ${CYCLES - WARM_UP} cycles in ${seconds.toFixed(1)} s (${((CYCLES - WARM_UP) / seconds).toFixed(0)}/s, ${NAMESPACES} in flight); ` +
+          `RSS ${baseline.memory.rss.toFixed(1)} -> ${after.memory.rss.toFixed(1)} MB, heap ${baseline.memory.heap.toFixed(1)} -> ${after.memory.heap.toFixed(1)} MB; ` +
+          `fds ${baseline.fds} -> ${after.fds}; addon jobs ${jobs}, threads ${JSON.stringify(after.stats)}; RSS curve ${curve.map((x) => x.toFixed(1)).join(' ')}, heap curve ${heapCurve.map((x) => x.toFixed(1)).join(' ')}`,
+      );
 
-    // Every pod went in and out: ztunnel saw each add and del, holds nothing; no state left.
-    expect(ztunnel!.received).toBe(1 + 2 * CYCLES); // snapshot_sent, then add + del per cycle
-    expect(ztunnel!.running.size).toBe(0);
-    expect(agent!.registry.size).toBe(0);
-    expect(readdirSync(join(config.runDir, STATE_DIR))).toEqual([]);
-    for (const ns of namespaces) expect(hasNoRules(ns), ns.name).toBe(true);
-    // Nothing accumulates.
-    expect(after.fds).toBe(baseline.fds);
-    expect(after.netns).toEqual(baseline.netns);
-    expect(after.memory.rss - baseline.memory.rss).toBeLessThan(MAX_RSS_GROWTH_MB);
-    expect(curve.at(-1)! - curve[1]!).toBeLessThan(MAX_RSS_GROWTH_SETTLED_MB);
-    expect(after.memory.heap - baseline.memory.heap).toBeLessThan(MAX_HEAP_GROWTH_MB);
-    // The executor, per cycle: the rules' job and the lo-up job ahead of the ZDS add (they run
-    // concurrently), the live reconciler's watch opened per add, one job per delete, and at most
-    // one first check per pod (0.5 s after the watch opened, if it lived that long); nothing
-    // pending, no thread retired or added.
-    expect(jobs).toBeGreaterThanOrEqual(4 * (CYCLES - WARM_UP));
-    expect(jobs).toBeLessThanOrEqual(5 * (CYCLES - WARM_UP));
-    expect(after.stats).toMatchObject({ pending: 0, threadsRetired: baseline.stats.threadsRetired, threadsAlive: baseline.stats.threadsAlive, threadsStarted: baseline.stats.threadsStarted });
-  }, Math.max(150_000, CYCLES * 40));
+      // Every pod went in and out: ztunnel saw each add and del, holds nothing; no state left.
+      expect(ztunnel!.received).toBe(1 + 2 * CYCLES); // snapshot_sent, then add + del per cycle
+      expect(ztunnel!.running.size).toBe(0);
+      expect(agent!.registry.size).toBe(0);
+      expect(readdirSync(join(config.runDir, STATE_DIR))).toEqual([]);
+      for (const ns of namespaces) expect(hasNoRules(ns), ns.name).toBe(true);
+      // Nothing accumulates.
+      expect(after.fds).toBe(baseline.fds);
+      expect(after.netns).toEqual(baseline.netns);
+      expect(after.memory.rss - baseline.memory.rss).toBeLessThan(MAX_RSS_GROWTH_MB);
+      expect(curve.at(-1)! - curve[1]!).toBeLessThan(MAX_RSS_GROWTH_SETTLED_MB);
+      expect(after.memory.heap - baseline.memory.heap).toBeLessThan(MAX_HEAP_GROWTH_MB);
+      // The executor, per cycle: the rules' job and the lo-up job ahead of the ZDS add (they run
+      // concurrently), the live reconciler's watch opened per add, one job per delete, and at most
+      // one first check per pod (0.5 s after the watch opened, if it lived that long); nothing
+      // pending, no thread retired or added.
+      expect(jobs).toBeGreaterThanOrEqual(4 * (CYCLES - WARM_UP));
+      expect(jobs).toBeLessThanOrEqual(5 * (CYCLES - WARM_UP));
+      expect(after.stats).toMatchObject({
+        pending: 0,
+        threadsRetired: baseline.stats.threadsRetired,
+        threadsAlive: baseline.stats.threadsAlive,
+        threadsStarted: baseline.stats.threadsStarted,
+      });
+    },
+    Math.max(150_000, CYCLES * 40),
+  );
 });

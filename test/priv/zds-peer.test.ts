@@ -16,8 +16,14 @@ const skip = privilegedSkipReason();
 
 /** "proto port" of every listening socket in the namespace (ss, an independent witness). */
 function listening(ns: string): string[] {
-  const tcp = execIn(ns, ['ss', '-H', '-ltn']).split('\n').filter(Boolean).map((l) => `tcp ${l.trim().split(/\s+/)[3]}`);
-  const udp = execIn(ns, ['ss', '-H', '-lun']).split('\n').filter(Boolean).map((l) => `udp ${l.trim().split(/\s+/)[3]}`);
+  const tcp = execIn(ns, ['ss', '-H', '-ltn'])
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => `tcp ${l.trim().split(/\s+/)[3]}`);
+  const udp = execIn(ns, ['ss', '-H', '-lun'])
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => `udp ${l.trim().split(/\s+/)[3]}`);
   return [...tcp, ...udp].sort();
 }
 

@@ -32,9 +32,23 @@ describe('agent configuration', () => {
   });
 
   it('reads the environment variables Istio sets, and flags beat them', () => {
-    const env = { EXCLUDE_NAMESPACES: 'kube-system, istio-system ,', AMBIENT_DNS_CAPTURE: 'false', NATIVE_NFTABLES: 'false', MONITORING_PORT: '9090', CNI_AGENT_RUN_DIR: '/run/x', ZTUNNEL_UDS_ADDRESS: '/z.sock' };
+    const env = {
+      EXCLUDE_NAMESPACES: 'kube-system, istio-system ,',
+      AMBIENT_DNS_CAPTURE: 'false',
+      NATIVE_NFTABLES: 'false',
+      MONITORING_PORT: '9090',
+      CNI_AGENT_RUN_DIR: '/run/x',
+      ZTUNNEL_UDS_ADDRESS: '/z.sock',
+    };
     const c = loadAgentConfig([], env);
-    expect(c).toMatchObject({ excludeNamespaces: ['kube-system', 'istio-system'], dnsCapture: false, backend: 'iptables', metricsPort: 9090, runDir: '/run/x', zdsSocket: '/z.sock' });
+    expect(c).toMatchObject({
+      excludeNamespaces: ['kube-system', 'istio-system'],
+      dnsCapture: false,
+      backend: 'iptables',
+      metricsPort: 9090,
+      runDir: '/run/x',
+      zdsSocket: '/z.sock',
+    });
     const flagged = loadAgentConfig(['--dns-capture', 'true', '--backend', 'nftables', '--metrics-port', '15020'], env);
     expect(flagged).toMatchObject({ dnsCapture: true, backend: 'nftables', metricsPort: 15020 });
   });
@@ -42,14 +56,26 @@ describe('agent configuration', () => {
   it('AMBIENT_RECONCILE_ENROLLMENT_INTERVAL takes Go durations (0 turns the sweep off); anything else is a usage error', () => {
     expect(loadAgentConfig([], { AMBIENT_RECONCILE_ENROLLMENT_INTERVAL: '1m30s' }).reconcileEnrollmentIntervalMs).toBe(90_000);
     expect(loadAgentConfig(['--reconcile-enrollment-interval', '0'], {}).reconcileEnrollmentIntervalMs).toBe(0);
-    expect([parseGoDurationMs('500ms'), parseGoDurationMs('2h'), parseGoDurationMs('1.5s'), parseGoDurationMs('30'), parseGoDurationMs('5 s'), parseGoDurationMs('')]).toEqual([500, 7_200_000, 1_500, undefined, undefined, undefined]);
-    expect(() => loadAgentConfig([], { AMBIENT_RECONCILE_ENROLLMENT_INTERVAL: 'often' })).toThrow(/--reconcile-enrollment-interval: expected a duration such as 30s, 1m or 0, got "often"/);
+    expect([
+      parseGoDurationMs('500ms'),
+      parseGoDurationMs('2h'),
+      parseGoDurationMs('1.5s'),
+      parseGoDurationMs('30'),
+      parseGoDurationMs('5 s'),
+      parseGoDurationMs(''),
+    ]).toEqual([500, 7_200_000, 1_500, undefined, undefined, undefined]);
+    expect(() => loadAgentConfig([], { AMBIENT_RECONCILE_ENROLLMENT_INTERVAL: 'often' })).toThrow(
+      /--reconcile-enrollment-interval: expected a duration such as 30s, 1m or 0, got "often"/,
+    );
   });
 
   it('reports every bad value, one line each', () => {
     let err: unknown;
     try {
-      loadAgentConfig(['--kube-mode', 'k8s', '--health-port', '70000', '--snat-ipv4', '1.2.3', '--log-level', 'loud'], { AMBIENT_IPV6: 'yes', AMBIENT_ENABLED: 'false' });
+      loadAgentConfig(['--kube-mode', 'k8s', '--health-port', '70000', '--snat-ipv4', '1.2.3', '--log-level', 'loud'], {
+        AMBIENT_IPV6: 'yes',
+        AMBIENT_ENABLED: 'false',
+      });
     } catch (e) {
       err = e;
     }
@@ -66,9 +92,16 @@ describe('agent configuration', () => {
 
   it('takes extra netns directories (NETNS_DIRS, --netns-dirs) and refuses ones that are no directory of netns files', () => {
     const dirs = '/data/containerd/io.containerd.grpc.v1.cri/netns, /run/custom/netns';
-    expect(loadAgentConfig([], { NETNS_DIRS: dirs }).netnsDirs).toEqual(['/data/containerd/io.containerd.grpc.v1.cri/netns', '/run/custom/netns']);
+    expect(loadAgentConfig([], { NETNS_DIRS: dirs }).netnsDirs).toEqual([
+      '/data/containerd/io.containerd.grpc.v1.cri/netns',
+      '/run/custom/netns',
+    ]);
     expect(() => loadAgentConfig(['--netns-dirs', '/proc/1/ns,relative,/x/../y'], {})).toThrow(
-      ['--netns-dirs: "/proc/1/ns" a kernel filesystem, not a runtime netns directory', '--netns-dirs: "relative" is not an absolute path', '--netns-dirs: "/x/../y" has a ".." segment'].join('\n'),
+      [
+        '--netns-dirs: "/proc/1/ns" a kernel filesystem, not a runtime netns directory',
+        '--netns-dirs: "relative" is not an absolute path',
+        '--netns-dirs: "/x/../y" has a ".." segment',
+      ].join('\n'),
     );
   });
 
@@ -91,7 +124,18 @@ describe('pods table', () => {
       mode: 'kubernetes',
       ready: true,
       connections: [{ id: 3, state: 'ready', connectedAt: '2026-01-01T00:00:00.000Z' }],
-      pods: [{ uid: 'u1', namespace: 'shop', name: 'web', netnsInode: 4026532001, rules: 'verified', lastVerified: '2026-01-01T00:00:30.000Z', repairs: 2, ztunnel: { '3': 'acked' } }],
+      pods: [
+        {
+          uid: 'u1',
+          namespace: 'shop',
+          name: 'web',
+          netnsInode: 4026532001,
+          rules: 'verified',
+          lastVerified: '2026-01-01T00:00:30.000Z',
+          repairs: 2,
+          ztunnel: { '3': 'acked' },
+        },
+      ],
     });
     expect(text.split('\n')).toEqual([
       'mode: kubernetes, ready: true, ztunnel connections: #3 ready since 2026-01-01T00:00:00.000Z',

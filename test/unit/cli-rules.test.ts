@@ -23,7 +23,10 @@ describe('ambient-node-agent rules (printing)', () => {
     [['rules', '--dns-capture', 'false', '--virtual-interfaces', 'fake1s0f0,fake1s0f1'], 'nftables/virtual_interfaces.golden'],
     [['rules', '--dns-capture', 'false', '--pod-dns-capture', 'true'], 'nftables/dns_pod_enabled_and_off_globally.golden'],
     [['rules', '--pod-dns-capture', 'false'], 'nftables/dns_pod_disabled_and_on_globally.golden'],
-    [['rules', '--host', '--kubelet-uid', '1000', '--ipv6', '--snat-ipv6', 'e9ac:1e77:90ca:399f:4d6d:ece2:2f9b:3164'], 'nftables/hostprobe_ipv6.golden'],
+    [
+      ['rules', '--host', '--kubelet-uid', '1000', '--ipv6', '--snat-ipv6', 'e9ac:1e77:90ca:399f:4d6d:ece2:2f9b:3164'],
+      'nftables/hostprobe_ipv6.golden',
+    ],
   ];
   it.each(cases)('%j prints %s byte for byte', async (args, file) => {
     const { code, out } = await cli(args);
@@ -74,7 +77,10 @@ describe('ambient-node-agent rules (apply, delete, verify)', () => {
     const addon = new FakeNetAddon();
     const pod = addon.addNetns('/run/netns/p');
     addon.fresh.listing = readFileSync(new URL('../fixtures/default-inpod.listing.nft', import.meta.url), 'utf8');
-    expect(await cli(['rules', '--apply', '/run/netns/p'], addon)).toMatchObject({ code: 0, out: 'applied in-pod nftables rules in /run/netns/p\n' });
+    expect(await cli(['rules', '--apply', '/run/netns/p'], addon)).toMatchObject({
+      code: 0,
+      out: 'applied in-pod nftables rules in /run/netns/p\n',
+    });
     expect(pod.nftScripts).toEqual([golden('nftables/default.golden')]);
     const drift = await cli(['rules', '--verify', '/run/netns/p'], addon);
     expect(drift.code).toBe(1); // the fake kernel lists nothing in the pod: every table is missing
@@ -89,10 +95,15 @@ describe('ambient-node-agent rules (apply, delete, verify)', () => {
   it('exits 1 with the error when applying fails', async () => {
     const addon = new FakeNetAddon();
     addon.addNetns('/run/netns/p');
-    addon.failOn = (step) => (step.op === 'nft' ? Object.assign(new Error('EINVAL: Invalid argument, nft_run_cmd_from_buffer: Error: syntax error'), { code: 'EINVAL' }) : undefined);
+    addon.failOn = (step) =>
+      step.op === 'nft'
+        ? Object.assign(new Error('EINVAL: Invalid argument, nft_run_cmd_from_buffer: Error: syntax error'), { code: 'EINVAL' })
+        : undefined;
     const { code, err } = await cli(['rules', '--apply', '/run/netns/p'], addon);
     expect(code).toBe(1);
-    expect(err).toBe('ambient-node-agent: apply nftables in-pod rules in /run/netns/p: EINVAL: Invalid argument, nft_run_cmd_from_buffer: Error: syntax error\n');
+    expect(err).toBe(
+      'ambient-node-agent: apply nftables in-pod rules in /run/netns/p: EINVAL: Invalid argument, nft_run_cmd_from_buffer: Error: syntax error\n',
+    );
     expect(addon.openFds).toBe(0);
   });
 });

@@ -3,7 +3,16 @@
 
 import { describe, expect, it } from 'vitest';
 
-import { chain, configKind, hasIstioEntry, pickPrimary, pluginDirNetwork, sameConfig, unchain, validateConfig } from '../../src/cni-install/conflist.js';
+import {
+  chain,
+  configKind,
+  hasIstioEntry,
+  pickPrimary,
+  pluginDirNetwork,
+  sameConfig,
+  unchain,
+  validateConfig,
+} from '../../src/cni-install/conflist.js';
 import { compareGoStrings, marshalGoIndent, parseGoJson, quoteGoString } from '../../src/util/go-json.js';
 import { normalizeExcludeNamespaces, pluginEntry, type PluginConfigSettings } from '../../src/cni-install/plugin-config.js';
 
@@ -40,7 +49,9 @@ describe('Go encoding/json output', () => {
   });
 
   it('prints empty containers inline and nests with two spaces', () => {
-    expect(marshalGoIndent({ b: [], a: {}, c: { y: [1], x: null } })).toBe('{\n  "a": {},\n  "b": [],\n  "c": {\n    "x": null,\n    "y": [\n      1\n    ]\n  }\n}\n');
+    expect(marshalGoIndent({ b: [], a: {}, c: { y: [1], x: null } })).toBe(
+      '{\n  "a": {},\n  "b": [],\n  "c": {\n    "x": null,\n    "y": [\n      1\n    ]\n  }\n}\n',
+    );
   });
 
   it('refuses numbers a float64 cannot hold, like json.Unmarshal', () => {
@@ -54,10 +65,20 @@ describe('Go encoding/json output', () => {
 });
 
 describe('plugin entry', () => {
-  it('has exactly Istio\'s keys', () => {
+  it("has exactly Istio's keys", () => {
     expect(Object.keys(pluginEntry(SETTINGS)).sort()).toEqual([
-      'ambient_enabled', 'cni_agent_run_dir', 'dns', 'enable_ambient_detection_retry', 'enablement_selectors',
-      'exclude_namespaces', 'ipam', 'name', 'native_nftables', 'plugin_log_level', 'pod_namespace', 'type',
+      'ambient_enabled',
+      'cni_agent_run_dir',
+      'dns',
+      'enable_ambient_detection_retry',
+      'enablement_selectors',
+      'exclude_namespaces',
+      'ipam',
+      'name',
+      'native_nftables',
+      'plugin_log_level',
+      'pod_namespace',
+      'type',
     ]);
   });
 
@@ -76,7 +97,11 @@ describe('plugin entry', () => {
         namespaceSelector: { matchLabels: { 'istio.io/dataplane-mode': 'ambient' } },
       },
     ];
-    const text = chain('{"cniVersion":"0.3.1","name":"n","plugins":[{"type":"ptp"}]}', 'a.conflist', pluginEntry({ ...SETTINGS, enablementSelectors: helmDefault })).text;
+    const text = chain(
+      '{"cniVersion":"0.3.1","name":"n","plugins":[{"type":"ptp"}]}',
+      'a.conflist',
+      pluginEntry({ ...SETTINGS, enablementSelectors: helmDefault }),
+    ).text;
     expect(text).toContain(
       [
         '      "enablement_selectors": [',
@@ -112,7 +137,10 @@ describe('plugin entry', () => {
   });
 
   it('drops unknown selector keys and empty fields, matches keys case-insensitively, refuses wrong types', () => {
-    const e = pluginEntry({ ...SETTINGS, enablementSelectors: [{ PodSelector: { matchLabels: {}, matchExpressions: [], extra: 1 }, other: true }] });
+    const e = pluginEntry({
+      ...SETTINGS,
+      enablementSelectors: [{ PodSelector: { matchLabels: {}, matchExpressions: [], extra: 1 }, other: true }],
+    });
     expect(e['enablement_selectors']).toEqual([{ podSelector: {}, namespaceSelector: {} }]);
     expect(() => pluginEntry({ ...SETTINGS, enablementSelectors: ['x'] })).toThrow(TypeError);
     expect(() => pluginEntry({ ...SETTINGS, enablementSelectors: [{ podSelector: { matchLabels: { a: 1 } } }] })).toThrow(TypeError);
@@ -165,7 +193,9 @@ describe('libcni validity', () => {
     const text = JSON.stringify({ cniVersion: '1.1.0', name: 'net' });
     expect(pluginDirNetwork('a.conflist', text)).toBe('net');
     expect(pluginDirNetwork('a.conf', text)).toBeNull();
-    expect(pluginDirNetwork('a.conflist', JSON.stringify({ name: 'net', loadOnlyInlinedPlugins: true, plugins: [{ type: 'x' }] }))).toBeNull();
+    expect(
+      pluginDirNetwork('a.conflist', JSON.stringify({ name: 'net', loadOnlyInlinedPlugins: true, plugins: [{ type: 'x' }] })),
+    ).toBeNull();
     expect(validateConfig('a.conflist', text, { texts: ['{"type":"ptp"}'] })).toMatchObject({ valid: true, plugins: 1 });
     expect(validateConfig('a.conflist', text, { texts: ['{"name":"no type"}'] }).valid).toBe(false);
     expect(validateConfig('a.conflist', text, { error: 'EACCES' }).valid).toBe(false);
@@ -213,7 +243,11 @@ describe('chain / unchain details', () => {
   it('a .conf keeps everything but its cniVersion inside the new list', () => {
     const out = chain('{"cniVersion":"1.0.0","name":"mynet","type":"ptp","mtu":1500}', '10-ptp.conf', entry);
     expect(out.fileName).toBe('10-ptp.conflist');
-    expect(JSON.parse(out.text)).toMatchObject({ cniVersion: '0.3.1', name: 'k8s-pod-network', plugins: [{ mtu: 1500, name: 'mynet', type: 'ptp' }, { type: 'istio-cni' }] });
+    expect(JSON.parse(out.text)).toMatchObject({
+      cniVersion: '0.3.1',
+      name: 'k8s-pod-network',
+      plugins: [{ mtu: 1500, name: 'mynet', type: 'ptp' }, { type: 'istio-cni' }],
+    });
   });
 
   it('re-marshals other plugins the Go way (HTML escaping, key order)', () => {

@@ -40,13 +40,30 @@ const INTEGRATION_SETTINGS = ISTIO_INTEGRATION_SETTINGS;
 describe('every golden file is used', () => {
   it('covers the whole install/ folder', () => {
     const used = new Set([
-      'bridge.conf', 'bridge.conf.golden', 'list.conflist', 'list.conflist.golden', 'list-with-istio.conflist',
-      'list-with-istio.conflist.golden', 'list-no-istio.conflist', 'invalid-arr.conflist', 'invalid-map.conflist',
-      'istio-owned.conflist.golden', 'istio-owned-bridge.conflist.golden', 'istio-cni.conf.template',
-      'pre/', 'expected/',
-      'pre/bad_minikube_cni.conf', 'pre/calico.conflist', 'pre/minikube_cni.conf', 'pre/non_json.conf',
-      'pre/noname_calico.conflist', 'pre/noplugins_calico.conflist', 'pre/nover_calico.conflist',
-      'expected/10-calico.conflist-istioconfig', 'expected/YYY-istio-cni.conf', 'expected/minikube_cni.conflist.clean',
+      'bridge.conf',
+      'bridge.conf.golden',
+      'list.conflist',
+      'list.conflist.golden',
+      'list-with-istio.conflist',
+      'list-with-istio.conflist.golden',
+      'list-no-istio.conflist',
+      'invalid-arr.conflist',
+      'invalid-map.conflist',
+      'istio-owned.conflist.golden',
+      'istio-owned-bridge.conflist.golden',
+      'istio-cni.conf.template',
+      'pre/',
+      'expected/',
+      'pre/bad_minikube_cni.conf',
+      'pre/calico.conflist',
+      'pre/minikube_cni.conf',
+      'pre/non_json.conf',
+      'pre/noname_calico.conflist',
+      'pre/noplugins_calico.conflist',
+      'pre/nover_calico.conflist',
+      'expected/10-calico.conflist-istioconfig',
+      'expected/YYY-istio-cni.conf',
+      'expected/minikube_cni.conflist.clean',
       'expected/minikube_cni.conflist.expected',
     ]);
     const present = [
@@ -95,7 +112,10 @@ describe('insertCNIConfig goldens (cni/pkg/install/testdata)', () => {
   it('invalid-map.conflist and invalid-arr.conflist are refused (insert fails, libcni rejects them)', () => {
     expect(() => chain(unit('invalid-map.conflist'), 'invalid-map.conflist', entry)).toThrow(/plugin list/);
     expect(() => chain(unit('invalid-arr.conflist'), 'invalid-arr.conflist', entry)).toThrow(/JSON/);
-    expect(validateConfig('invalid-map.conflist', unit('invalid-map.conflist'))).toMatchObject({ valid: false, reason: expect.stringMatching(/no name/) });
+    expect(validateConfig('invalid-map.conflist', unit('invalid-map.conflist'))).toMatchObject({
+      valid: false,
+      reason: expect.stringMatching(/no name/),
+    });
     expect(validateConfig('invalid-arr.conflist', unit('invalid-arr.conflist'))).toMatchObject({ valid: false });
   });
 
@@ -155,12 +175,25 @@ describe('installer integration goldens (cni/test/testdata)', () => {
   it('nover_calico.conflist is VALID to libcni: cniVersion is optional in a list (it is in no upstream test case)', () => {
     // libcni v1.3.0 NetworkConfFromBytes only type-checks cniVersion when present, and a missing
     // version means 0.1.0; containerd and CRI-O load this file, so it has to count as a primary.
-    expect(validateConfig('nover_calico.conflist', pre('nover_calico.conflist'))).toMatchObject({ valid: true, kind: 'conflist', plugins: 2 });
+    expect(validateConfig('nover_calico.conflist', pre('nover_calico.conflist'))).toMatchObject({
+      valid: true,
+      kind: 'conflist',
+      plugins: 2,
+    });
   });
 
   it('the valid inputs pass', () => {
-    expect(validateConfig('calico.conflist', pre('calico.conflist'))).toMatchObject({ valid: true, kind: 'conflist', networkName: 'k8s-pod-network', plugins: 2 });
-    expect(validateConfig('minikube_cni.conf', pre('minikube_cni.conf'))).toMatchObject({ valid: true, kind: 'conf', networkName: 'rkt.kubernetes.io' });
+    expect(validateConfig('calico.conflist', pre('calico.conflist'))).toMatchObject({
+      valid: true,
+      kind: 'conflist',
+      networkName: 'k8s-pod-network',
+      plugins: 2,
+    });
+    expect(validateConfig('minikube_cni.conf', pre('minikube_cni.conf'))).toMatchObject({
+      valid: true,
+      kind: 'conf',
+      networkName: 'rkt.kubernetes.io',
+    });
   });
 
   // install_k8s_test.go TestInstall: files copied as 0<i>-<name>; the expected primary.
@@ -169,15 +202,44 @@ describe('installer integration goldens (cni/test/testdata)', () => {
     { files: ['minikube_cni.conf'], primary: '00-minikube_cni.conf', golden: 'minikube_cni.conflist.expected' },
     { files: ['calico.conflist', 'minikube_cni.conf'], primary: '00-calico.conflist', golden: '10-calico.conflist-istioconfig' },
     { files: ['minikube_cni.conf', 'calico.conflist'], primary: '00-minikube_cni.conf', golden: 'minikube_cni.conflist.expected' },
-    { files: ['non_json.conf', 'minikube_cni.conf', 'calico.conflist'], primary: '01-minikube_cni.conf', golden: 'minikube_cni.conflist.expected' },
-    { files: ['non_json.conf', 'calico.conflist', 'minikube_cni.conf'], primary: '01-calico.conflist', golden: '10-calico.conflist-istioconfig' },
-    { files: ['bad_minikube_cni.conf', 'minikube_cni.conf', 'calico.conflist'], primary: '01-minikube_cni.conf', golden: 'minikube_cni.conflist.expected' },
-    { files: ['bad_minikube_cni.conf', 'calico.conflist', 'minikube_cni.conf'], primary: '01-calico.conflist', golden: '10-calico.conflist-istioconfig' },
-    { files: ['noname_calico.conflist', 'noplugins_calico.conflist', 'minikube_cni.conf', 'calico.conflist'], primary: '02-minikube_cni.conf', golden: 'minikube_cni.conflist.expected' },
-    { files: ['noname_calico.conflist', 'noplugins_calico.conflist', 'calico.conflist', 'minikube_cni.conf'], primary: '02-calico.conflist', golden: '10-calico.conflist-istioconfig' },
+    {
+      files: ['non_json.conf', 'minikube_cni.conf', 'calico.conflist'],
+      primary: '01-minikube_cni.conf',
+      golden: 'minikube_cni.conflist.expected',
+    },
+    {
+      files: ['non_json.conf', 'calico.conflist', 'minikube_cni.conf'],
+      primary: '01-calico.conflist',
+      golden: '10-calico.conflist-istioconfig',
+    },
+    {
+      files: ['bad_minikube_cni.conf', 'minikube_cni.conf', 'calico.conflist'],
+      primary: '01-minikube_cni.conf',
+      golden: 'minikube_cni.conflist.expected',
+    },
+    {
+      files: ['bad_minikube_cni.conf', 'calico.conflist', 'minikube_cni.conf'],
+      primary: '01-calico.conflist',
+      golden: '10-calico.conflist-istioconfig',
+    },
+    {
+      files: ['noname_calico.conflist', 'noplugins_calico.conflist', 'minikube_cni.conf', 'calico.conflist'],
+      primary: '02-minikube_cni.conf',
+      golden: 'minikube_cni.conflist.expected',
+    },
+    {
+      files: ['noname_calico.conflist', 'noplugins_calico.conflist', 'calico.conflist', 'minikube_cni.conf'],
+      primary: '02-calico.conflist',
+      golden: '10-calico.conflist-istioconfig',
+    },
     // CNI_CONF_NAME pointing at the missing twin of an existing file.
     { files: ['calico.conflist'], confName: '00-calico.conf', primary: '00-calico.conflist', golden: '10-calico.conflist-istioconfig' },
-    { files: ['minikube_cni.conf'], confName: '00-minikube_cni.conflist', primary: '00-minikube_cni.conf', golden: 'minikube_cni.conflist.expected' },
+    {
+      files: ['minikube_cni.conf'],
+      confName: '00-minikube_cni.conflist',
+      primary: '00-minikube_cni.conf',
+      golden: 'minikube_cni.conflist.expected',
+    },
     // CNI_CONF_NAME not there yet: wait, do not take another file.
     { files: ['calico.conflist'], confName: 'missing_initially.conf', primary: null, golden: '' },
     // Only invalid files: wait.
@@ -247,7 +309,12 @@ describe('the entry from the agent configuration, with non-default selectors', (
   const settings = pluginSettingsFor(loadAgentConfig(['--log-output-level', 'default:info,cni-plugin:warn'], env));
 
   it('takes the selectors, the cni-plugin level and the retry flag from the configuration', () => {
-    expect(settings).toMatchObject({ logLevel: 'warn', enableAmbientDetectionRetry: true, excludeNamespaces: ['kube-system', 'istio-system'], nativeNftables: false });
+    expect(settings).toMatchObject({
+      logLevel: 'warn',
+      enableAmbientDetectionRetry: true,
+      excludeNamespaces: ['kube-system', 'istio-system'],
+      nativeNftables: false,
+    });
   });
 
   it('chained into list.conflist: map round trip, every key sorted', () => {
@@ -368,7 +435,8 @@ describe('the entry from the agent configuration, with non-default selectors', (
 
   it('`[]` writes no selector, and the levels follow Istio: bare = default scope, all = every scope, none', () => {
     expect(pluginEntry(pluginSettingsFor(loadAgentConfig([], { AMBIENT_ENABLEMENT_SELECTOR: '[]' })))['enablement_selectors']).toEqual([]);
-    const level = (spec: string): unknown => pluginEntry(pluginSettingsFor(loadAgentConfig(['--log-output-level', spec], {})))['plugin_log_level'];
+    const level = (spec: string): unknown =>
+      pluginEntry(pluginSettingsFor(loadAgentConfig(['--log-output-level', spec], {})))['plugin_log_level'];
     expect(level('debug')).toBe('info'); // a bare level is the default scope only
     expect(level('all:debug')).toBe('debug');
     expect(level('cni-plugin:none')).toBe('none');

@@ -14,7 +14,16 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, posix, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as k8s from '@kubernetes/client-node';
-import type { V1ClusterRole, V1ClusterRoleBinding, V1ConfigMap, V1Container, V1DaemonSet, V1EnvVar, V1PodSpec, V1ServiceAccount } from '@kubernetes/client-node';
+import type {
+  V1ClusterRole,
+  V1ClusterRoleBinding,
+  V1ConfigMap,
+  V1Container,
+  V1DaemonSet,
+  V1EnvVar,
+  V1PodSpec,
+  V1ServiceAccount,
+} from '@kubernetes/client-node';
 import { loadAll } from 'js-yaml';
 import { parseInstallCniArgs } from '../../src/cli/install-cni-command.js';
 import { DaemonSet } from 'kubernetes-models/apps/v1/DaemonSet';
@@ -43,7 +52,9 @@ function filesUnder(dir: string): string[] {
   });
 }
 
-const yamlFiles = filesUnder(DEPLOY).filter((f) => /\.ya?ml$/.test(f)).sort();
+const yamlFiles = filesUnder(DEPLOY)
+  .filter((f) => /\.ya?ml$/.test(f))
+  .sort();
 const allDocs: Doc[] = yamlFiles.flatMap((path) =>
   loadAll(readFileSync(path, 'utf8'))
     .map((obj, index) => ({ file: relative(ROOT, path), index, obj: obj as Obj }))
@@ -52,7 +63,8 @@ const allDocs: Doc[] = yamlFiles.flatMap((path) =>
 const isKustomization = (d: Doc): boolean => d.obj['kind'] === 'Kustomization';
 /** The Kubernetes API objects (a kustomization.yaml is kustomize's input, not an API object). */
 const docs = allDocs.filter((d) => !isKustomization(d));
-const label = (d: Doc): string => `${d.file}#${d.index} ${String(d.obj['kind'])}/${String((d.obj['metadata'] as Obj | undefined)?.['name'])}`;
+const label = (d: Doc): string =>
+  `${d.file}#${d.index} ${String(d.obj['kind'])}/${String((d.obj['metadata'] as Obj | undefined)?.['name'])}`;
 
 function only<T>(kind: string, name: string): T {
   const found = docs.filter((d) => d.obj['kind'] === kind && (d.obj['metadata'] as Obj | undefined)?.['name'] === name);
@@ -66,7 +78,8 @@ const SCHEMAS: Record<string, Validator> = {
   'v1/ServiceAccount': (d) => new ServiceAccount(d as ConstructorParameters<typeof ServiceAccount>[0]).validate(),
   'v1/ConfigMap': (d) => new ConfigMap(d as ConstructorParameters<typeof ConfigMap>[0]).validate(),
   'rbac.authorization.k8s.io/v1/ClusterRole': (d) => new ClusterRole(d as ConstructorParameters<typeof ClusterRole>[0]).validate(),
-  'rbac.authorization.k8s.io/v1/ClusterRoleBinding': (d) => new ClusterRoleBinding(d as ConstructorParameters<typeof ClusterRoleBinding>[0]).validate(),
+  'rbac.authorization.k8s.io/v1/ClusterRoleBinding': (d) =>
+    new ClusterRoleBinding(d as ConstructorParameters<typeof ClusterRoleBinding>[0]).validate(),
   'apps/v1/DaemonSet': (d) => new DaemonSet(d as ConstructorParameters<typeof DaemonSet>[0]).validate(),
 };
 
@@ -174,7 +187,7 @@ function container(): V1Container {
 }
 
 describe('deploy/: the istio-cni-node DaemonSet matches Istio chart essentials for ambient', () => {
-  it('runs as root, not privileged, with exactly the five capabilities of Istio\'s chart, AppArmor unconfined', () => {
+  it("runs as root, not privileged, with exactly the five capabilities of Istio's chart, AppArmor unconfined", () => {
     const sc = container().securityContext!;
     expect(sc.privileged).toBe(false);
     expect(sc.runAsUser).toBe(0);
@@ -184,7 +197,7 @@ describe('deploy/: the istio-cni-node DaemonSet matches Istio chart essentials f
     expect(sc.appArmorProfile?.type === 'Unconfined' || annotation === 'unconfined').toBe(true);
   });
 
-  it('mounts exactly the hostPaths Istio\'s chart mounts for ambient', () => {
+  it("mounts exactly the hostPaths Istio's chart mounts for ambient", () => {
     const expected = [
       { host: '/opt/cni/bin', mount: '/host/opt/cni/bin' },
       { host: '/etc/cni/net.d', mount: '/host/etc/cni/net.d' },
@@ -246,12 +259,18 @@ describe('deploy/: the istio-cni-node DaemonSet matches Istio chart essentials f
 /** "group resource[/names] verb", one per verb, for every rule bound to the agent's account. */
 function grantedPermissions(): string[] {
   const bindings = docs.filter((d) => d.obj['kind'] === 'ClusterRoleBinding').map((d) => d.obj as unknown as V1ClusterRoleBinding);
-  const ours = bindings.filter((b) => b.subjects?.some((s) => s.kind === 'ServiceAccount' && s.name === 'istio-cni' && s.namespace === 'istio-system'));
+  const ours = bindings.filter((b) =>
+    b.subjects?.some((s) => s.kind === 'ServiceAccount' && s.name === 'istio-cni' && s.namespace === 'istio-system'),
+  );
   return ours.flatMap((b) => {
     expect(b.roleRef.kind).toBe('ClusterRole');
     const role = only<V1ClusterRole>('ClusterRole', b.roleRef.name);
     return (role.rules ?? []).flatMap((r) =>
-      r.apiGroups!.flatMap((g) => r.resources!.flatMap((res) => r.verbs.map((v) => `${g || 'core'} ${res}${r.resourceNames ? `/${r.resourceNames.join(',')}` : ''} ${v}`))),
+      r.apiGroups!.flatMap((g) =>
+        r.resources!.flatMap((res) =>
+          r.verbs.map((v) => `${g || 'core'} ${res}${r.resourceNames ? `/${r.resourceNames.join(',')}` : ''} ${v}`),
+        ),
+      ),
     );
   });
 }
@@ -273,8 +292,8 @@ const CALL_PERMISSIONS: Record<string, string> = {
 const srcFiles = filesUnder(join(ROOT, 'src')).filter((f) => f.endsWith('.ts'));
 const srcText = srcFiles.map((f) => readFileSync(f, 'utf8')).join('\n');
 
-describe('deploy/: RBAC is Istio\'s for ambient and covers every API call the agent makes', () => {
-  it('grants exactly what Istio\'s chart grants for ambient (no repair role)', () => {
+describe("deploy/: RBAC is Istio's for ambient and covers every API call the agent makes", () => {
+  it("grants exactly what Istio's chart grants for ambient (no repair role)", () => {
     expect(grantedPermissions().sort()).toEqual(
       [
         ...['pods', 'nodes', 'namespaces'].flatMap((r) => ['get', 'list', 'watch'].map((v) => `core ${r} ${v}`)),
@@ -285,8 +304,10 @@ describe('deploy/: RBAC is Istio\'s for ambient and covers every API call the ag
     );
   });
 
-  it('grants every permission the agent\'s API calls and informers need', () => {
-    const apiMethods = new Set([k8s.CoreV1Api, k8s.AppsV1Api].flatMap((c) => Object.getOwnPropertyNames(c.prototype)).filter((m) => m !== 'constructor'));
+  it("grants every permission the agent's API calls and informers need", () => {
+    const apiMethods = new Set(
+      [k8s.CoreV1Api, k8s.AppsV1Api].flatMap((c) => Object.getOwnPropertyNames(c.prototype)).filter((m) => m !== 'constructor'),
+    );
     const called = [...new Set([...srcText.matchAll(/\.(\w+)\(/g)].map((m) => m[1]!).filter((m) => apiMethods.has(m)))].sort();
     expect(called.length).toBeGreaterThan(0);
     const unmapped = called.filter((m) => !(m in CALL_PERMISSIONS));
@@ -337,7 +358,9 @@ function containerEnv(): { names: string[]; values: Record<string, string> } {
       values[e.name] = data[ref.key]!;
     } else if (e.valueFrom?.fieldRef) {
       // Downward API: stand-ins for what the kubelet fills in.
-      values[e.name] = ({ 'spec.nodeName': 'node-1', 'metadata.namespace': 'istio-system', 'metadata.name': 'istio-cni-node-x' } as Record<string, string>)[e.valueFrom.fieldRef.fieldPath]!;
+      values[e.name] = (
+        { 'spec.nodeName': 'node-1', 'metadata.namespace': 'istio-system', 'metadata.name': 'istio-cni-node-x' } as Record<string, string>
+      )[e.valueFrom.fieldRef.fieldPath]!;
     } else if (e.value !== undefined) values[e.name] = e.value;
   }
   return { names, values };
@@ -374,7 +397,14 @@ describe('deploy/: every env var the manifests set is one the agent reads', () =
     expect(config.podNamespace).toBe('istio-system');
     expect(config.systemNamespace).toBe('istio-system');
     expect(config.kubeMode).toBe('auto');
-    for (const path of [config.cniBinDir, config.cniConfDir, config.runDir, config.zdsSocket, config.procDir, posix.join(config.netnsRoot, 'var/run/netns')]) {
+    for (const path of [
+      config.cniBinDir,
+      config.cniConfDir,
+      config.runDir,
+      config.zdsSocket,
+      config.procDir,
+      posix.join(config.netnsRoot, 'var/run/netns'),
+    ]) {
       expect(mounted(path), `${path} is on a hostPath mount`).toBe(true);
     }
     expect(config.healthPort).toBe(container().readinessProbe!.httpGet!.port);
@@ -386,7 +416,9 @@ describe('deploy/: every env var the manifests set is one the agent reads', () =
   it("the container runs install-cni with Istio's flags, as the chart does", () => {
     expect(container().command).toEqual(['install-cni']);
     expect(() => parseInstallCniArgs(container().args ?? [])).not.toThrow();
-    expect(parseInstallCniArgs(container().args ?? []).runArgs.filter((a) => a !== '--log-output-level' && !a.includes(':') && a !== 'info')).toEqual([]);
+    expect(
+      parseInstallCniArgs(container().args ?? []).runArgs.filter((a) => a !== '--log-output-level' && !a.includes(':') && a !== 'info'),
+    ).toEqual([]);
   });
 
   it('ServiceAccount has no automount opt-out (the agent uses the in-cluster token)', () => {
@@ -478,7 +510,11 @@ function copies(stage: Stage): Array<{ from: string | undefined; sources: string
     const sources = paths.slice(0, -1);
     const rawDest = paths.at(-1)!;
     const dest = posix.resolve(workdir, rawDest);
-    out.push({ from, sources, dest: rawDest.endsWith('/') && sources.length === 1 && sources[0] !== '/' ? posix.join(dest, posix.basename(sources[0]!)) : dest });
+    out.push({
+      from,
+      sources,
+      dest: rawDest.endsWith('/') && sources.length === 1 && sources[0] !== '/' ? posix.join(dest, posix.basename(sources[0]!)) : dest,
+    });
   }
   return out;
 }
@@ -503,7 +539,9 @@ describe('Dockerfile (static checks; npm run test:image runs the built image)', 
   });
 
   it('runs npm through the checker (an npm error fails the build even when npm exits 0), builds, and drops the dev dependencies', () => {
-    expect(aptPackages(buildStage())).toEqual(expect.arrayContaining(['libnftables-dev', 'libmnl-dev', 'nlohmann-json3-dev', 'g++', 'make', 'python3']));
+    expect(aptPackages(buildStage())).toEqual(
+      expect.arrayContaining(['libnftables-dev', 'libmnl-dev', 'nlohmann-json3-dev', 'g++', 'make', 'python3']),
+    );
     const runs = runCommands(buildStage());
     expect(runs).toContain('node scripts/npm-checked.mjs ci --no-audit --no-fund');
     expect(runs).toContain('npm run build');
@@ -517,9 +555,20 @@ describe('Dockerfile (static checks; npm run test:image runs the built image)', 
     expect(packages).toEqual(expect.arrayContaining(['libnftables1', 'libmnl0', 'nftables', 'iptables', 'iproute2']));
     const toolchain = /^(g\+\+|gcc|cc|c\+\+|cpp|clang|llvm|make|cmake|ninja-build|python3?|build-essential)(-[\d.]+)?$|-dev$/;
     expect(packages.filter((p) => toolchain.test(p))).toEqual([]);
-    const removed = runCommands(rootfsStage()).filter((c) => c.startsWith('rm -rf ')).flatMap((c) => c.slice('rm -rf '.length).split(/\s+/));
+    const removed = runCommands(rootfsStage())
+      .filter((c) => c.startsWith('rm -rf '))
+      .flatMap((c) => c.slice('rm -rf '.length).split(/\s+/));
     expect(removed).toEqual(
-      expect.arrayContaining(['/usr/local/lib/node_modules', '/usr/local/include/node', '/opt/yarn-v*', '/usr/local/bin/npm', '/usr/local/bin/npx', '/usr/local/bin/corepack', '/usr/local/bin/yarn', '/usr/local/bin/yarnpkg']),
+      expect.arrayContaining([
+        '/usr/local/lib/node_modules',
+        '/usr/local/include/node',
+        '/opt/yarn-v*',
+        '/usr/local/bin/npm',
+        '/usr/local/bin/npx',
+        '/usr/local/bin/corepack',
+        '/usr/local/bin/yarn',
+        '/usr/local/bin/yarnpkg',
+      ]),
     );
   });
 
@@ -545,7 +594,9 @@ describe('Dockerfile (static checks; npm run test:image runs the built image)', 
     expect(pkg.bin['ambient-node-agent']).toBe('dist/src/cli/main.js');
     // src/project-root.ts: the app root is the first folder upwards with package.json.
     const appRoot = '/app';
-    const dests = copies(rootfsStage()).filter((c) => c.from === buildStage().name).map((c) => c.dest);
+    const dests = copies(rootfsStage())
+      .filter((c) => c.from === buildStage().name)
+      .map((c) => c.dest);
     expect(dests).toEqual(
       expect.arrayContaining([
         `${appRoot}/package.json`,
@@ -558,7 +609,9 @@ describe('Dockerfile (static checks; npm run test:image runs the built image)', 
   });
 
   it('runs as root (the agent needs CAP_NET_ADMIN, CAP_SYS_ADMIN, ...) and sets only variables the agent reads (and PATH)', () => {
-    const users = finalStage().body.filter((i) => i.op === 'USER').map((i) => i.args);
+    const users = finalStage()
+      .body.filter((i) => i.op === 'USER')
+      .map((i) => i.args);
     expect(users.every((u) => u === 'root' || u === '0')).toBe(true);
     expect(Object.keys(dockerfileEnv()).filter((n) => n !== 'PATH' && n !== 'NODE_OPTIONS' && !isRead(n))).toEqual([]);
   });
@@ -575,14 +628,20 @@ describe('Dockerfile (static checks; npm run test:image runs the built image)', 
       .map((l) => l.trim())
       .filter((l) => l && !l.startsWith('#'));
     expect(ignored).toEqual(expect.arrayContaining(['node_modules', 'build', 'dist', '.git']));
-    const contextSources = stages.flatMap((s) => copies(s).filter((c) => c.from === undefined).flatMap((c) => c.sources));
+    const contextSources = stages.flatMap((s) =>
+      copies(s)
+        .filter((c) => c.from === undefined)
+        .flatMap((c) => c.sources),
+    );
     expect(contextSources.length).toBeGreaterThan(0);
     for (const src of contextSources) {
       expect(() => statSync(join(ROOT, src)), src).not.toThrow();
       expect(ignored.includes(src.split('/')[0]!), `${src} is excluded by .dockerignore`).toBe(false);
     }
     // What tsconfig.json compiles for the agent (src/) and what binding.gyp builds (native/) are copied.
-    expect(contextSources).toEqual(expect.arrayContaining(['package.json', 'package-lock.json', 'binding.gyp', 'tsconfig.json', 'native', 'src']));
+    expect(contextSources).toEqual(
+      expect.arrayContaining(['package.json', 'package-lock.json', 'binding.gyp', 'tsconfig.json', 'native', 'src']),
+    );
   });
 
   it('deploy/README.md says how to build the image and apply the manifests', () => {

@@ -12,7 +12,9 @@ import {
 
 const MODE = 'istio.io/dataplane-mode';
 
-function pod(opts: { ns?: string; labels?: Record<string, string>; annotations?: Record<string, string>; hostNetwork?: boolean } = {}): V1Pod {
+function pod(
+  opts: { ns?: string; labels?: Record<string, string>; annotations?: Record<string, string>; hostNetwork?: boolean } = {},
+): V1Pod {
   return {
     metadata: { name: 'p', namespace: opts.ns ?? 'apps', uid: 'u1', labels: opts.labels, annotations: opts.annotations },
     spec: { containers: [{ name: 'c' }], hostNetwork: opts.hostNetwork },
@@ -24,7 +26,11 @@ function ns(name: string, labels?: Record<string, string>): V1Namespace {
 }
 
 function enablement(opts: { selectors?: readonly EnablementSelector[]; exclude?: string[] } = {}): Enablement {
-  return new Enablement({ selectors: opts.selectors ?? ISTIO_DEFAULT_SELECTORS, excludeNamespaces: opts.exclude ?? [], systemNamespace: 'istio-system' });
+  return new Enablement({
+    selectors: opts.selectors ?? ISTIO_DEFAULT_SELECTORS,
+    excludeNamespaces: opts.exclude ?? [],
+    systemNamespace: 'istio-system',
+  });
 }
 
 describe('parseEnablementSelectors', () => {
@@ -106,7 +112,9 @@ describe('parseEnablementSelectors', () => {
 
   it('an explicit empty list selects nothing', () => {
     expect(parseEnablementSelectors('[]')).toEqual([]);
-    expect(enablement({ selectors: parseEnablementSelectors('[]') }).podMatches(pod({ labels: { [MODE]: 'ambient' } }), ns('apps'))).toBe(false);
+    expect(enablement({ selectors: parseEnablementSelectors('[]') }).podMatches(pod({ labels: { [MODE]: 'ambient' } }), ns('apps'))).toBe(
+      false,
+    );
   });
 
   it('label values that look like dates or numbers when quoted stay strings', () => {
@@ -123,31 +131,75 @@ describe('parseEnablementSelectors', () => {
     ['an entry that is not an object', '- {}\n- ambient\n', /entry 1: expected an object/],
     ['a selector that is not an object', '- podSelector: [a]', /entry 0 podSelector: expected an object/],
     ['matchLabels not a map', '- podSelector: {matchLabels: [a]}', /entry 0 podSelector\.matchLabels: expected a map/],
-    ['an unquoted number label value', '- podSelector: {matchLabels: {v: 1}}', /matchLabels\["v"\]: expected a string, got number 1 \(quote it\)/],
-    ['a boolean label value', '- namespaceSelector: {matchLabels: {on: true}}', /entry 0 namespaceSelector\.matchLabels\["on"\]: expected a string/],
+    [
+      'an unquoted number label value',
+      '- podSelector: {matchLabels: {v: 1}}',
+      /matchLabels\["v"\]: expected a string, got number 1 \(quote it\)/,
+    ],
+    [
+      'a boolean label value',
+      '- namespaceSelector: {matchLabels: {on: true}}',
+      /entry 0 namespaceSelector\.matchLabels\["on"\]: expected a string/,
+    ],
     ['matchExpressions not a list', '- podSelector: {matchExpressions: {key: a}}', /matchExpressions: expected a list/],
-    ['an unknown operator', '- {}\n- podSelector: {matchExpressions: [{key: a, operator: Equals, values: [b]}]}', /entry 1 podSelector\.matchExpressions\[0\]: "Equals" is not a valid label selector operator/],
-    ['a lower-case operator', '- podSelector: {matchExpressions: [{key: a, operator: in, values: [b]}]}', /"in" is not a valid label selector operator/],
+    [
+      'an unknown operator',
+      '- {}\n- podSelector: {matchExpressions: [{key: a, operator: Equals, values: [b]}]}',
+      /entry 1 podSelector\.matchExpressions\[0\]: "Equals" is not a valid label selector operator/,
+    ],
+    [
+      'a lower-case operator',
+      '- podSelector: {matchExpressions: [{key: a, operator: in, values: [b]}]}',
+      /"in" is not a valid label selector operator/,
+    ],
     ['a missing operator', '- podSelector: {matchExpressions: [{key: a}]}', /"" is not a valid label selector operator/],
-    ['In without values', '- podSelector: {matchExpressions: [{key: a, operator: In}]}', /matchExpressions\[0\]: operator In needs a non-empty values list/],
-    ['NotIn with an empty list', '- namespaceSelector: {matchExpressions: [{key: a, operator: NotIn, values: []}]}', /entry 0 namespaceSelector\.matchExpressions\[0\]: operator NotIn needs a non-empty values list/],
-    ['Exists with values', '- podSelector: {matchExpressions: [{key: a, operator: Exists, values: [b]}]}', /operator Exists takes no values/],
-    ['DoesNotExist with values', '- podSelector: {matchExpressions: [{key: a, operator: DoesNotExist, values: [b]}]}', /operator DoesNotExist takes no values/],
+    [
+      'In without values',
+      '- podSelector: {matchExpressions: [{key: a, operator: In}]}',
+      /matchExpressions\[0\]: operator In needs a non-empty values list/,
+    ],
+    [
+      'NotIn with an empty list',
+      '- namespaceSelector: {matchExpressions: [{key: a, operator: NotIn, values: []}]}',
+      /entry 0 namespaceSelector\.matchExpressions\[0\]: operator NotIn needs a non-empty values list/,
+    ],
+    [
+      'Exists with values',
+      '- podSelector: {matchExpressions: [{key: a, operator: Exists, values: [b]}]}',
+      /operator Exists takes no values/,
+    ],
+    [
+      'DoesNotExist with values',
+      '- podSelector: {matchExpressions: [{key: a, operator: DoesNotExist, values: [b]}]}',
+      /operator DoesNotExist takes no values/,
+    ],
     ['values not a list', '- podSelector: {matchExpressions: [{key: a, operator: In, values: b}]}', /values: expected a list/],
     ['a non-string value', '- podSelector: {matchExpressions: [{key: a, operator: In, values: [1]}]}', /values\[0\]: expected a string/],
     ['an invalid label key', '- podSelector: {matchLabels: {"bad key": x}}', /invalid label key "bad key"/],
-    ['an invalid key prefix', '- podSelector: {matchExpressions: [{key: "Istio.IO/x", operator: Exists}]}', /invalid label key "Istio.IO\/x": prefix part/],
-    ['an empty key', '- podSelector: {matchExpressions: [{key: "", operator: Exists}]}', /invalid label key "": name part must be non-empty/],
+    [
+      'an invalid key prefix',
+      '- podSelector: {matchExpressions: [{key: "Istio.IO/x", operator: Exists}]}',
+      /invalid label key "Istio.IO\/x": prefix part/,
+    ],
+    [
+      'an empty key',
+      '- podSelector: {matchExpressions: [{key: "", operator: Exists}]}',
+      /invalid label key "": name part must be non-empty/,
+    ],
     ['an invalid label value', '- podSelector: {matchLabels: {a: "-x"}}', /invalid label value "-x"/],
-    ['a too-long value', `- podSelector: {matchExpressions: [{key: a, operator: In, values: [${'v'.repeat(64)}]}]}`, /no more than 63 characters/],
+    [
+      'a too-long value',
+      `- podSelector: {matchExpressions: [{key: a, operator: In, values: [${'v'.repeat(64)}]}]}`,
+      /no more than 63 characters/,
+    ],
   ])('rejects %s', (_name, text, message) => {
     expect(() => parseEnablementSelectors(text)).toThrow(message);
   });
 
   it('the constructor validates programmatic selectors too', () => {
-    expect(() => enablement({ selectors: [{ podSelector: { matchExpressions: [{ key: 'a', operator: 'In' }] }, namespaceSelector: {} }] })).toThrow(
-      /entry 0 podSelector\.matchExpressions\[0\]: operator In needs/,
-    );
+    expect(() =>
+      enablement({ selectors: [{ podSelector: { matchExpressions: [{ key: 'a', operator: 'In' }] }, namespaceSelector: {} }] }),
+    ).toThrow(/entry 0 podSelector\.matchExpressions\[0\]: operator In needs/);
   });
 });
 
@@ -172,8 +224,21 @@ describe('matchesLabelSelector', () => {
     ['Exists, absent', { matchExpressions: [{ key: 'zone', operator: 'Exists' }] }, false],
     ['DoesNotExist', { matchExpressions: [{ key: 'zone', operator: 'DoesNotExist' }] }, true],
     ['DoesNotExist, present', { matchExpressions: [{ key: 'app', operator: 'DoesNotExist' }] }, false],
-    ['matchLabels AND expressions', { matchLabels: { app: 'web' }, matchExpressions: [{ key: 'tier', operator: 'In', values: ['back'] }] }, false],
-    ['every expression', { matchExpressions: [{ key: 'app', operator: 'Exists' }, { key: 'zone', operator: 'DoesNotExist' }] }, true],
+    [
+      'matchLabels AND expressions',
+      { matchLabels: { app: 'web' }, matchExpressions: [{ key: 'tier', operator: 'In', values: ['back'] }] },
+      false,
+    ],
+    [
+      'every expression',
+      {
+        matchExpressions: [
+          { key: 'app', operator: 'Exists' },
+          { key: 'zone', operator: 'DoesNotExist' },
+        ],
+      },
+      true,
+    ],
     ['unknown operator never matches', { matchExpressions: [{ key: 'app', operator: 'Gt', values: ['1'] }] }, false],
     ['prototype keys are not labels', { matchExpressions: [{ key: 'constructor', operator: 'Exists' }] }, false],
   ];
@@ -217,7 +282,12 @@ describe('Enablement with Istio default selectors', () => {
   });
 
   it('pods with a sidecar never (annotation present, even empty)', () => {
-    expect(e.podMatches(pod({ labels: { [MODE]: 'ambient' }, annotations: { 'sidecar.istio.io/status': '{"containers":["istio-proxy"]}' } }), ambientNs)).toBe(false);
+    expect(
+      e.podMatches(
+        pod({ labels: { [MODE]: 'ambient' }, annotations: { 'sidecar.istio.io/status': '{"containers":["istio-proxy"]}' } }),
+        ambientNs,
+      ),
+    ).toBe(false);
     expect(e.podMatches(pod({ annotations: { 'sidecar.istio.io/status': '' } }), ambientNs)).toBe(false);
     expect(e.podMatches(pod({ annotations: { 'sidecar.istio.io/inject': 'false' } }), ambientNs)).toBe(true);
   });
@@ -226,7 +296,9 @@ describe('Enablement with Istio default selectors', () => {
     expect(e.podMatches(pod({ labels: { [MODE]: 'ambient' } }), undefined)).toBe(true);
     expect(e.podMatches(pod(), undefined)).toBe(false);
     // A negative namespace selector would match empty labels, but not an unknown namespace.
-    const neg = enablement({ selectors: [{ podSelector: {}, namespaceSelector: { matchExpressions: [{ key: 'x', operator: 'DoesNotExist' }] } }] });
+    const neg = enablement({
+      selectors: [{ podSelector: {}, namespaceSelector: { matchExpressions: [{ key: 'x', operator: 'DoesNotExist' }] } }],
+    });
     expect(neg.podMatches(pod(), ns('apps'))).toBe(true);
     expect(neg.podMatches(pod(), undefined)).toBe(false);
   });

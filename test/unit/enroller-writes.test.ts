@@ -41,8 +41,12 @@ describe('PodEnroller state writes', () => {
     zds = {
       added: [],
       deleted: [],
-      async podAdded(uid) { zds.added.push(uid); },
-      async podDeleted(uid) { zds.deleted.push(uid); },
+      async podAdded(uid) {
+        zds.added.push(uid);
+      },
+      async podDeleted(uid) {
+        zds.deleted.push(uid);
+      },
     };
     registry = new PodRegistry(zds);
     const rules = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));

@@ -39,7 +39,8 @@ function renderedInterfaces(nft: string, ipt: string[]): string[] {
   return names;
 }
 
-const VIRTUAL_NFT = /^add rule inet istio-ambient-nat istio-prerouting iifname (\S+) meta l4proto tcp counter (?:redirect to :15001|return)$/;
+const VIRTUAL_NFT =
+  /^add rule inet istio-ambient-nat istio-prerouting iifname (\S+) meta l4proto tcp counter (?:redirect to :15001|return)$/;
 const VIRTUAL_IPT = /^-A ISTIO_PRERT -i (\S+) -p tcp -j (?:REDIRECT --to-ports 15001|RETURN)$/;
 
 /**
@@ -62,7 +63,8 @@ function ruleTextProblems(settings: RuleSettings, overrides: PodOverrides): stri
   const baseIptLines = new Set([...baseIpt.v4.split('\n'), ...(baseIpt.v6 ?? '').split('\n')]);
   const extra = (line: string, template: RegExp): void => {
     const m = template.exec(line);
-    if (!m || !overrides.virtualInterfaces.includes(m[1]!.replace(/^"(.*)"$/, '$1'))) problems.push(`unexpected line ${JSON.stringify(line)}`);
+    if (!m || !overrides.virtualInterfaces.includes(m[1]!.replace(/^"(.*)"$/, '$1')))
+      problems.push(`unexpected line ${JSON.stringify(line)}`);
   };
   for (const line of nft.split('\n')) if (!baseNft.has(line)) extra(line, VIRTUAL_NFT);
   for (const text of iptTexts) for (const line of text.split('\n')) if (!baseIptLines.has(line)) extra(line, VIRTUAL_IPT);
@@ -146,7 +148,14 @@ describe('fuzz: pod annotations to rules', () => {
         expect(names.length).toBeLessThanOrEqual(MAX_VIRTUAL_INTERFACES);
         // Completeness: the first MAX distinct safe names of the list are all kept, in order.
         const raw = a[ANNOTATION_REROUTE_VIRTUAL_INTERFACES];
-        const expected = [...new Set((raw ?? '').split(',').map((p) => p.trim()).filter(isSafeInterfaceName))].slice(0, MAX_VIRTUAL_INTERFACES);
+        const expected = [
+          ...new Set(
+            (raw ?? '')
+              .split(',')
+              .map((p) => p.trim())
+              .filter(isSafeInterfaceName),
+          ),
+        ].slice(0, MAX_VIRTUAL_INTERFACES);
         expect(names).toEqual(expected);
         // Booleans follow Go's strconv.ParseBool, anything else is ignored.
         const bypass = a[ANNOTATION_BYPASS_INBOUND_CAPTURE];
@@ -178,7 +187,11 @@ describe('fuzz: pod annotations to rules', () => {
       ['a newline with an injected rule', 'eth0\nadd rule inet istio-ambient-nat istio-prerouting accept', []],
       ['a carriage return', 'net1\r', ['net1']], // trimmed like Istio's strings.TrimSpace
       ['a 100 KB value', HUGE, []],
-      ['100 KB of valid names', Array.from({ length: 12_000 }, (_, i) => `n${i}`).join(','), Array.from({ length: MAX_VIRTUAL_INTERFACES }, (_, i) => `n${i}`)],
+      [
+        '100 KB of valid names',
+        Array.from({ length: 12_000 }, (_, i) => `n${i}`).join(','),
+        Array.from({ length: MAX_VIRTUAL_INTERFACES }, (_, i) => `n${i}`),
+      ],
       ['duplicates', 'net1,net1, net1 ,net2', ['net1', 'net2']],
       ['good and bad mixed', 'net1,eth0;flush ruleset,net2', ['net1', 'net2']],
       ['16 bytes', 'a2345678901234bc', []],
@@ -186,7 +199,10 @@ describe('fuzz: pod annotations to rules', () => {
     it.each(cases)('%s', (_label, value, accepted) => {
       const { overrides, warnings } = podOverridesFromAnnotations({ [ANNOTATION_REROUTE_VIRTUAL_INTERFACES]: value });
       expect(overrides.virtualInterfaces).toEqual(accepted);
-      const dropped = value.split(',').map((p) => p.trim()).filter((p) => p !== '' && !isSafeInterfaceName(p));
+      const dropped = value
+        .split(',')
+        .map((p) => p.trim())
+        .filter((p) => p !== '' && !isSafeInterfaceName(p));
       if (dropped.length > 0 || accepted.length === MAX_VIRTUAL_INTERFACES) expect(warnings.length).toBeGreaterThan(0);
       for (const w of warnings) expect(w.length).toBeLessThan(400);
       const settings = defaultRuleSettings();
@@ -211,7 +227,11 @@ describe('fuzz: pod annotations to rules', () => {
     });
 
     it('a value that is not a string (a broken API object) is ignored, not thrown on', () => {
-      const weird = { [ANNOTATION_REROUTE_VIRTUAL_INTERFACES]: 42, [ANNOTATION_DNS_CAPTURE]: null, [ANNOTATION_BYPASS_INBOUND_CAPTURE]: ['true'] } as unknown as Record<string, string>;
+      const weird = {
+        [ANNOTATION_REROUTE_VIRTUAL_INTERFACES]: 42,
+        [ANNOTATION_DNS_CAPTURE]: null,
+        [ANNOTATION_BYPASS_INBOUND_CAPTURE]: ['true'],
+      } as unknown as Record<string, string>;
       const { overrides, warnings } = podOverridesFromAnnotations(weird);
       expect(overrides).toEqual(NO_OVERRIDES);
       expect(warnings).toHaveLength(3);

@@ -12,10 +12,14 @@ import { fuzzParams, fuzzTest } from '../helpers/fuzz.js';
 
 const isPodName = (v: string): boolean => v.length <= 253 && v.split('.').every((l) => /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(l));
 const isNamespace = (v: string): boolean => v.length <= 63 && /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(v);
-const isId = (max: number) => (v: string): boolean => v.length <= max && /^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(v);
+const isId =
+  (max: number) =>
+  (v: string): boolean =>
+    v.length <= max && /^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(v);
 const isNetns = (v: string): boolean =>
   v.startsWith('/') && !v.includes('\0') && Buffer.byteLength(v) < 4096 && !v.split('/').includes('..');
-const isMask = (v: string): boolean => v === '' || [4, 16].includes(Buffer.from(v, 'base64').length) && Buffer.from(v, 'base64').toString('base64') === v;
+const isMask = (v: string): boolean =>
+  v === '' || ([4, 16].includes(Buffer.from(v, 'base64').length) && Buffer.from(v, 'base64').toString('base64') === v);
 
 function eventProblems(e: PluginAddEvent | PluginDelEvent, netnsRequired: boolean): string[] {
   const p: string[] = [];
@@ -52,8 +56,29 @@ function parseOrReject<T extends PluginAddEvent | PluginDelEvent>(parse: (b: unk
 
 const hostileString = fc.oneof(
   fc.string({ unit: 'binary', maxLength: 30 }),
-  fc.constantFrom('', ' ', 'web;rm -rf', 'Web', 'web\n', 'a..b', '-web', 'web-', '.web', 'a'.repeat(64), 'a'.repeat(254), 'x'.repeat(100_000)),
-  fc.constantFrom('/var/run/netns/x', 'var/run/netns/x', '/var/run/netns/../../etc', '/..', '/a/\u0000/b', `/${'p'.repeat(5000)}`, '/proc/1/ns/net'),
+  fc.constantFrom(
+    '',
+    ' ',
+    'web;rm -rf',
+    'Web',
+    'web\n',
+    'a..b',
+    '-web',
+    'web-',
+    '.web',
+    'a'.repeat(64),
+    'a'.repeat(254),
+    'x'.repeat(100_000),
+  ),
+  fc.constantFrom(
+    '/var/run/netns/x',
+    'var/run/netns/x',
+    '/var/run/netns/../../etc',
+    '/..',
+    '/a/\u0000/b',
+    `/${'p'.repeat(5000)}`,
+    '/proc/1/ns/net',
+  ),
   fc.constantFrom('10.0.0.1', '::1', 'fd00::5', '10.0.0.1 ', '10.0.0.256', '1.2.3.4; x', '::ffff:1.2.3.4', 'fe80::1%eth0'),
   fc.constantFrom('////AA==', '//////////8AAAAAAAAAAA==', '////AA', 'not base64', '////////', 'AAAAAAAAAAAAAAAAAAAAAAAA'),
 );
@@ -66,7 +91,10 @@ const anyJson: fc.Arbitrary<unknown> = fc.oneof(
 /** Values that Kubernetes and a runtime really produce. */
 const validName = fc.stringMatching(/^[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?){0,2}$/);
 const validNamespace = fc.stringMatching(/^[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?$/);
-const validNetns = fc.oneof(fc.stringMatching(/^[a-z0-9-]{1,20}$/).map((n) => `/var/run/netns/cni-${n}`), fc.nat(99_999).map((n) => `/proc/${n}/ns/net`));
+const validNetns = fc.oneof(
+  fc.stringMatching(/^[a-z0-9-]{1,20}$/).map((n) => `/var/run/netns/cni-${n}`),
+  fc.nat(99_999).map((n) => `/proc/${n}/ns/net`),
+);
 const validIpConfig = fc.record({
   Interface: fc.oneof(fc.constant(null), fc.nat(8)),
   Address: fc.oneof(
@@ -88,7 +116,11 @@ const validAdd: fc.Arbitrary<PluginAddEvent> = fc.record({
 const mutatedAdd: fc.Arbitrary<unknown> = fc
   .tuple(
     validAdd,
-    fc.dictionary(fc.constantFrom('Netns', 'PodName', 'PodNamespace', 'PodUID', 'ContainerID', 'IPs', 'Extra', '__proto__', 'constructor'), anyJson, { maxKeys: 2 }),
+    fc.dictionary(
+      fc.constantFrom('Netns', 'PodName', 'PodNamespace', 'PodUID', 'ContainerID', 'IPs', 'Extra', '__proto__', 'constructor'),
+      anyJson,
+      { maxKeys: 2 },
+    ),
     fc.array(fc.tuple(fc.nat(), fc.constantFrom('Interface', 'Address', 'Gateway', 'IP', 'Mask'), anyJson), { maxLength: 2 }),
   )
   .map(([event, fields, ipEdits]) => {
@@ -111,7 +143,12 @@ const bodies = fc.oneof(
   { arbitrary: mutatedAdd, weight: 6 },
   { arbitrary: fc.jsonValue({ maxDepth: 4 }), weight: 1 },
   { arbitrary: fc.object({ maxDepth: 2 }), weight: 1 },
-  { arbitrary: fc.array(fc.constant(null), { minLength: 60, maxLength: 70 }).map((IPs) => ({ Netns: '/n', PodName: 'a', PodNamespace: 'b', IPs })), weight: 1 },
+  {
+    arbitrary: fc
+      .array(fc.constant(null), { minLength: 60, maxLength: 70 })
+      .map((IPs) => ({ Netns: '/n', PodName: 'a', PodNamespace: 'b', IPs })),
+    weight: 1,
+  },
 );
 
 describe('fuzz: plugin event parsers', () => {
@@ -153,7 +190,14 @@ describe('fuzz: plugin event parsers', () => {
   });
 
   describe('explicit hostile fields are 400s', () => {
-    const good = { Netns: '/var/run/netns/x', PodName: 'web', PodNamespace: 'shop', PodUID: 'uid-web', ContainerID: 'c-web', IPs: [{ Interface: 0, Address: { IP: '10.0.0.5', Mask: '////AA==' }, Gateway: '10.0.0.1' }] };
+    const good = {
+      Netns: '/var/run/netns/x',
+      PodName: 'web',
+      PodNamespace: 'shop',
+      PodUID: 'uid-web',
+      ContainerID: 'c-web',
+      IPs: [{ Interface: 0, Address: { IP: '10.0.0.5', Mask: '////AA==' }, Gateway: '10.0.0.1' }],
+    };
     const ip = good.IPs[0]!;
     const cases: Array<[string, Record<string, unknown>]> = [
       ['PodName with ";"', { PodName: 'web;flush ruleset' }],
@@ -200,8 +244,17 @@ describe('fuzz: plugin event parsers', () => {
     });
 
     it('absent optional fields and null are Go zero values', () => {
-      expect(parseAddEvent({ Netns: '/n', PodName: 'a', PodNamespace: 'b' })).toEqual({ Netns: '/n', PodName: 'a', PodNamespace: 'b', PodUID: '', ContainerID: '', IPs: [] });
-      expect(parseAddEvent({ ...good, IPs: [{ Address: { IP: '::1' } }] }).IPs).toEqual([{ Interface: null, Address: { IP: '::1', Mask: '' }, Gateway: '' }]);
+      expect(parseAddEvent({ Netns: '/n', PodName: 'a', PodNamespace: 'b' })).toEqual({
+        Netns: '/n',
+        PodName: 'a',
+        PodNamespace: 'b',
+        PodUID: '',
+        ContainerID: '',
+        IPs: [],
+      });
+      expect(parseAddEvent({ ...good, IPs: [{ Address: { IP: '::1' } }] }).IPs).toEqual([
+        { Interface: null, Address: { IP: '::1', Mask: '' }, Gateway: '' },
+      ]);
       expect(parseDelEvent({ Netns: null, PodName: 'a', PodNamespace: 'b', PodUID: null })).toMatchObject({ Netns: '', PodUID: '' });
     });
   });

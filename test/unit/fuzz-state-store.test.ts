@@ -37,7 +37,10 @@ const validPod: fc.Arbitrary<EnrolledPod> = fc
     name,
     namespace: name,
     serviceAccount: fc.oneof(fc.constant('default'), name),
-    netnsPath: fc.oneof(name.map((n) => `/var/run/netns/${n}`), fc.nat(99_999).map((n) => `/proc/${n}/ns/net`)),
+    netnsPath: fc.oneof(
+      name.map((n) => `/var/run/netns/${n}`),
+      fc.nat(99_999).map((n) => `/proc/${n}/ns/net`),
+    ),
     netnsIno: fc.nat(),
     netnsDev: fc.nat(),
     ips: fc.array(fc.oneof(fc.ipV4(), fc.ipV6()), { maxLength: 3 }),
@@ -59,10 +62,30 @@ const hostileJsonValue = fc.oneof(
 /** Contents a damaged, hand-edited or foreign state file may hold. */
 const badContent: fc.Arbitrary<string | Buffer> = fc.oneof(
   { arbitrary: fc.uint8Array({ maxLength: 200 }).map((b) => Buffer.from(b)), weight: 2 },
-  { arbitrary: fc.tuple(validPod, fc.nat()).map(([p, n]) => { const t = JSON.stringify(p); return t.slice(0, n % t.length); }), weight: 2 },
+  {
+    arbitrary: fc.tuple(validPod, fc.nat()).map(([p, n]) => {
+      const t = JSON.stringify(p);
+      return t.slice(0, n % t.length);
+    }),
+    weight: 2,
+  },
   {
     arbitrary: fc
-      .tuple(validPod, fc.constantFrom<keyof EnrolledPod>('uid', 'name', 'namespace', 'serviceAccount', 'netnsPath', 'netnsIno', 'netnsDev', 'ips', 'containerId'), hostileJsonValue)
+      .tuple(
+        validPod,
+        fc.constantFrom<keyof EnrolledPod>(
+          'uid',
+          'name',
+          'namespace',
+          'serviceAccount',
+          'netnsPath',
+          'netnsIno',
+          'netnsDev',
+          'ips',
+          'containerId',
+        ),
+        hostileJsonValue,
+      )
       .map(([p, key, value]) => JSON.stringify({ ...p, [key]: value })),
     weight: 3,
   },
@@ -96,7 +119,9 @@ const layout: fc.Arbitrary<Layout> = fc.record({
     fc.oneof(
       fc.record({ name: hostileName, content: badContent }),
       // a good pod under a name that is not its own
-      fc.record({ name: hostileName, misnamedPod: validPod }).map(({ name: n, misnamedPod }) => ({ name: n, content: JSON.stringify(misnamedPod), misnamedPod })),
+      fc
+        .record({ name: hostileName, misnamedPod: validPod })
+        .map(({ name: n, misnamedPod }) => ({ name: n, content: JSON.stringify(misnamedPod), misnamedPod })),
     ),
     { maxLength: 5 },
   ),
@@ -127,7 +152,17 @@ describe('fuzz: the pod state store', () => {
 
   it('load() removes temp files a crash left between write and rename, and keeps the pods', () => {
     const store = new PodStateStore(dir);
-    const pod: EnrolledPod = { uid: 'u1', name: 'web', namespace: 'shop', serviceAccount: 'default', netnsPath: '/var/run/netns/a', netnsIno: 1, netnsDev: 4, ips: ['10.0.0.5'], containerId: 'c1' };
+    const pod: EnrolledPod = {
+      uid: 'u1',
+      name: 'web',
+      namespace: 'shop',
+      serviceAccount: 'default',
+      netnsPath: '/var/run/netns/a',
+      netnsIno: 1,
+      netnsDev: 4,
+      ips: ['10.0.0.5'],
+      containerId: 'c1',
+    };
     store.put(pod);
     const leftover = join(dir, STATE_DIR, `${stateFileName('u2')}.tmp.0123456789ab`);
     writeFileSync(leftover, '{"uid":"u2"');
@@ -199,7 +234,10 @@ describe('fuzz: the pod state store', () => {
 
         const expectedPods = [...files.values()].filter((p): p is EnrolledPod => p !== undefined);
         expect([...loaded.pods].sort(byUid)).toEqual([...expectedPods].sort(byUid));
-        const expectedBad = [...files.entries()].filter(([, p]) => p === undefined).map(([f]) => f).sort();
+        const expectedBad = [...files.entries()]
+          .filter(([, p]) => p === undefined)
+          .map(([f]) => f)
+          .sort();
         expect(loaded.problems.map((p) => basename(p.file)).sort()).toEqual(expectedBad);
         for (const problem of loaded.problems) {
           expect(problem.reason.length).toBeGreaterThan(0);
@@ -242,14 +280,56 @@ describe('fuzz: the pod state store', () => {
     }
 
     it.each([
-      ['a FIFO (would block a plain read forever)', (d: string) => expect(spawnSync('mkfifo', [join(d, 'fifo.json')]).status).toBe(0), 'fifo.json', /not a regular file/],
-      ['a symlink to /dev/zero (would be read without end)', (d: string) => symlinkSync('/dev/zero', join(d, 'zero.json')), 'zero.json', /./],
-      ['a symlink to a good file elsewhere', (d: string) => { writeFileSync(join(dir, 'elsewhere.json'), JSON.stringify(good)); symlinkSync(join(dir, 'elsewhere.json'), join(d, 'link.json')); }, 'link.json', /./],
+      [
+        'a FIFO (would block a plain read forever)',
+        (d: string) => expect(spawnSync('mkfifo', [join(d, 'fifo.json')]).status).toBe(0),
+        'fifo.json',
+        /not a regular file/,
+      ],
+      [
+        'a symlink to /dev/zero (would be read without end)',
+        (d: string) => symlinkSync('/dev/zero', join(d, 'zero.json')),
+        'zero.json',
+        /./,
+      ],
+      [
+        'a symlink to a good file elsewhere',
+        (d: string) => {
+          writeFileSync(join(dir, 'elsewhere.json'), JSON.stringify(good));
+          symlinkSync(join(dir, 'elsewhere.json'), join(d, 'link.json'));
+        },
+        'link.json',
+        /./,
+      ],
       ['a directory named like a state file', (d: string) => mkdirSync(join(d, 'dir.json')), 'dir.json', /not a regular file/],
-      ['a 10 MB file', (d: string) => writeFileSync(join(d, 'big.json'), Buffer.alloc(10 << 20, 0x20)), 'big.json', /larger than 65536 bytes/],
-      ['a netns path escaping with ..', (d: string) => writeFileSync(join(d, stateFileName('x')), JSON.stringify({ ...good, uid: 'x', netnsPath: '/var/run/netns/../../../proc/1/ns/net' })), stateFileName('x'), /netnsPath/],
-      ['a hostile name in the pod', (d: string) => writeFileSync(join(d, stateFileName('y')), JSON.stringify({ ...good, uid: 'y', name: 'web; flush ruleset' })), stateFileName('y'), /name/],
-      ['an IP with a zone', (d: string) => writeFileSync(join(d, stateFileName('z')), JSON.stringify({ ...good, uid: 'z', ips: ['fe80::1%eth0'] })), stateFileName('z'), /ips/],
+      [
+        'a 10 MB file',
+        (d: string) => writeFileSync(join(d, 'big.json'), Buffer.alloc(10 << 20, 0x20)),
+        'big.json',
+        /larger than 65536 bytes/,
+      ],
+      [
+        'a netns path escaping with ..',
+        (d: string) =>
+          writeFileSync(
+            join(d, stateFileName('x')),
+            JSON.stringify({ ...good, uid: 'x', netnsPath: '/var/run/netns/../../../proc/1/ns/net' }),
+          ),
+        stateFileName('x'),
+        /netnsPath/,
+      ],
+      [
+        'a hostile name in the pod',
+        (d: string) => writeFileSync(join(d, stateFileName('y')), JSON.stringify({ ...good, uid: 'y', name: 'web; flush ruleset' })),
+        stateFileName('y'),
+        /name/,
+      ],
+      [
+        'an IP with a zone',
+        (d: string) => writeFileSync(join(d, stateFileName('z')), JSON.stringify({ ...good, uid: 'z', ips: ['fe80::1%eth0'] })),
+        stateFileName('z'),
+        /ips/,
+      ],
     ])('%s is set aside and reported; the good pod still loads', (_label, setUp, file, reason) => {
       const { store, podsDir } = storeWith(setUp);
       const started = Date.now();

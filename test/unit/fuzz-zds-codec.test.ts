@@ -52,9 +52,9 @@ const text = fc.oneof(
 );
 const workloadInfo = fc.record({ name: text, namespace: text, serviceAccount: text });
 const request: fc.Arbitrary<WorkloadRequest> = fc.oneof(
-  fc.record({ add: fc.record({ uid: text, workloadInfo: fc.option(workloadInfo, { nil: undefined }) }) }).map((r) =>
-    r.add.workloadInfo === undefined ? { add: { uid: r.add.uid } } : (r as WorkloadRequest),
-  ),
+  fc
+    .record({ add: fc.record({ uid: text, workloadInfo: fc.option(workloadInfo, { nil: undefined }) }) })
+    .map((r) => (r.add.workloadInfo === undefined ? { add: { uid: r.add.uid } } : (r as WorkloadRequest))),
   fc.record({ del: fc.record({ uid: text }) }),
   fc.record({ keep: fc.record({ uid: text }) }),
   fc.constant({ snapshotSent: {} } as WorkloadRequest),
@@ -140,7 +140,10 @@ describe('fuzz: ZDS codec', () => {
           else expect(code).toBe('ZDS_MESSAGE_TOO_LARGE');
           return;
         }
-        expect(strings(req).some((s) => LONE_SURROGATE.test(s)), 'a lone surrogate was encoded').toBe(false);
+        expect(
+          strings(req).some((s) => LONE_SURROGATE.test(s)),
+          'a lone surrogate was encoded',
+        ).toBe(false);
         expect(bytes.length).toBeGreaterThan(0);
         expect(bytes.length).toBeLessThanOrEqual(MAX_DATAGRAM_BYTES);
         expect(decodeRequest(bytes)).toEqual(req);
@@ -183,7 +186,9 @@ describe('fuzz: ZDS codec', () => {
       // What encodeRequest({ del: { uid: 'a\uD800b' } }) used to produce: CESU-8, not UTF-8.
       expect(() => decodeRequest(Buffer.from('1207120561eda08062', 'hex'))).toThrow(ZdsError);
       expect(() => encodeRequest({ del: { uid: 'a\uD800b' } })).toThrow(expect.objectContaining({ code: 'ZDS_INVALID_MESSAGE' }));
-      expect(() => encodeRequest({ add: { uid: 'u', workloadInfo: { name: '\uDC00', namespace: 'n', serviceAccount: 's' } } })).toThrow(ZdsError);
+      expect(() => encodeRequest({ add: { uid: 'u', workloadInfo: { name: '\uDC00', namespace: 'n', serviceAccount: 's' } } })).toThrow(
+        ZdsError,
+      );
       expect(() => encodeResponse({ ack: { error: '\uD83D' } })).toThrow(ZdsError);
       expect(decodeRequest(encodeRequest({ del: { uid: 'a\uD83D\uDE00b' } }))).toEqual({ del: { uid: 'a\uD83D\uDE00b' } }); // a proper pair is fine
     });

@@ -18,15 +18,18 @@ import type { Logger } from '../../src/ops/log.js';
 import { FakeNetAddon } from '../fakes/fake-net-addon.js';
 
 const SAVED_RULE = '-p tcp -m owner --socket-exists -m set --match-set istio-inpod-probes-v4 dst -j SNAT --to-source 169.254.7.127';
-const save = (lines: string[]): string => ['*nat', ':PREROUTING ACCEPT [0:0]', ':POSTROUTING ACCEPT [0:0]', ...lines, 'COMMIT', ''].join('\n');
+const save = (lines: string[]): string =>
+  ['*nat', ':PREROUTING ACCEPT [0:0]', ':POSTROUTING ACCEPT [0:0]', ...lines, 'COMMIT', ''].join('\n');
 const EXACT = save([':ISTIO_POSTRT - [0:0]', '-A POSTROUTING -j ISTIO_POSTRT', `-A ISTIO_POSTRT ${SAVED_RULE}`]);
 
 describe('ALLOW_SWITCH_TO_HOST_NS: the setting', () => {
-  it("defaults to false (Istio's code default); the chart's \"true\" switches; bad values are reported", () => {
+  it('defaults to false (Istio\'s code default); the chart\'s "true" switches; bad values are reported', () => {
     expect(loadAgentConfig([], {}).allowSwitchToHostNs).toBe(false);
     expect(loadAgentConfig([], { ALLOW_SWITCH_TO_HOST_NS: 'true' }).allowSwitchToHostNs).toBe(true);
     expect(loadAgentConfig(['--allow-switch-to-host-ns', 'false'], { ALLOW_SWITCH_TO_HOST_NS: 'true' }).allowSwitchToHostNs).toBe(false);
-    expect(() => loadAgentConfig([], { ALLOW_SWITCH_TO_HOST_NS: 'yes please' })).toThrow(/--allow-switch-to-host-ns: expected true or false/);
+    expect(() => loadAgentConfig([], { ALLOW_SWITCH_TO_HOST_NS: 'yes please' })).toThrow(
+      /--allow-switch-to-host-ns: expected true or false/,
+    );
   });
 });
 
@@ -86,7 +89,14 @@ describe('iptables host rules', () => {
   });
 
   it('reports a missing chain, duplicated or late jumps and foreign rules', () => {
-    const state = parseHostNatState(save(['-A POSTROUTING -j MASQUERADE', '-A POSTROUTING -j ISTIO_POSTRT', '-A POSTROUTING -j ISTIO_POSTRT', '-A ISTIO_POSTRT -j ACCEPT']));
+    const state = parseHostNatState(
+      save([
+        '-A POSTROUTING -j MASQUERADE',
+        '-A POSTROUTING -j ISTIO_POSTRT',
+        '-A POSTROUTING -j ISTIO_POSTRT',
+        '-A ISTIO_POSTRT -j ACCEPT',
+      ]),
+    );
     const drift = hostNatDrift(state, [SAVED_RULE], 'ipv4');
     expect(drift.missing.map((d) => d.text)).toEqual(['nat ISTIO_POSTRT', `nat ISTIO_POSTRT ${SAVED_RULE}`]);
     expect(drift.extra.map((d) => d.text)).toEqual([
@@ -98,7 +108,27 @@ describe('iptables host rules', () => {
 
   it("Istio's delete order (its builder's BuildCleanupV4): the rule, the jump (once per copy), flush, delete", () => {
     expect(hostIptablesDeleteCommands(buildHostModel(settings), 4, 1)).toEqual([
-      ['iptables', '-t', 'nat', '-D', 'ISTIO_POSTRT', '-m', 'owner', '--socket-exists', '-p', 'tcp', '-m', 'set', '--match-set', 'istio-inpod-probes-v4', 'dst', '-j', 'SNAT', '--to-source', '169.254.7.127'],
+      [
+        'iptables',
+        '-t',
+        'nat',
+        '-D',
+        'ISTIO_POSTRT',
+        '-m',
+        'owner',
+        '--socket-exists',
+        '-p',
+        'tcp',
+        '-m',
+        'set',
+        '--match-set',
+        'istio-inpod-probes-v4',
+        'dst',
+        '-j',
+        'SNAT',
+        '--to-source',
+        '169.254.7.127',
+      ],
       ['iptables', '-t', 'nat', '-D', 'POSTROUTING', '-j', 'ISTIO_POSTRT'],
       ['iptables', '-t', 'nat', '-D', 'POSTROUTING', '-j', 'ISTIO_POSTRT'],
       ['iptables', '-t', 'nat', '-F', 'ISTIO_POSTRT'],
@@ -136,7 +166,9 @@ describe('iptables host rules', () => {
     const ns = addon.addNetns('/n');
     const handle = addon.openNetns('/n');
     ns.exec.set('iptables-restore', { exitCode: 2, stdout: '', stderr: "iptables-restore: Set istio-inpod-probes-v4 doesn't exist." });
-    await expect(new IptablesHostRules(addon, settings).apply(handle)).rejects.toThrow(/iptables-restore \(host probe rules\) exited with 2: .*doesn't exist/);
+    await expect(new IptablesHostRules(addon, settings).apply(handle)).rejects.toThrow(
+      /iptables-restore \(host probe rules\) exited with 2: .*doesn't exist/,
+    );
     handle.close();
   });
 });
@@ -146,7 +178,13 @@ describe('host dataplane, iptables backend, on the fake addon', () => {
     const addon = new FakeNetAddon();
     const ns = addon.addNetns('/node');
     const handle = addon.openNetns('/node');
-    const host = new HostDataplane({ addon, hostNetns: handle, settings: defaultRuleSettings({ ipv6: true }), backend: 'iptables', procDir: '/nonexistent' });
+    const host = new HostDataplane({
+      addon,
+      hostNetns: handle,
+      settings: defaultRuleSettings({ ipv6: true }),
+      backend: 'iptables',
+      procDir: '/nonexistent',
+    });
     ns.ipsets.set('istio-inpod-probes-v4', { family: 4, entries: new Map([['10.0.0.9', 'old']]) });
     await host.start();
     expect(host.backend).toBe('iptables');
@@ -198,7 +236,8 @@ describe("Istio's migration guard: NATIVE_NFTABLES=true while the iptables backe
 
   it('a detection that fails keeps nftables, as Istio does', async () => {
     const { addon, log, lines } = setup();
-    addon.failOn = (step) => (step.op === 'ipsetList' ? Object.assign(new Error('EPROTONOSUPPORT: no ip_set module'), { code: 'EPROTONOSUPPORT' }) : undefined);
+    addon.failOn = (step) =>
+      step.op === 'ipsetList' ? Object.assign(new Error('EPROTONOSUPPORT: no ip_set module'), { code: 'EPROTONOSUPPORT' }) : undefined;
     expect(await chooseBackend(addon, opts, log)).toBe('nftables');
     expect(await chooseBackend(addon, { ...opts, procDir: '/elsewhere' }, log)).toBe('nftables'); // netns unopenable
     expect(lines.filter((l) => l.includes('could not be detected'))).toHaveLength(2);

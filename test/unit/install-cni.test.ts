@@ -93,9 +93,20 @@ describe("Istio's chart environment", () => {
 
   it('loads without a problem and maps onto the settings', () => {
     const c = loadAgentConfig([], CHART_ENV);
-    expect(c).toMatchObject({ backend: 'iptables', excludeNamespaces: ['kube-system'], nodeName: 'node-1', podNamespace: 'istio-system', cniConfName: '10-calico.conflist', istioOwnedCniConfig: true, enableAmbientDetectionRetry: false, logLevelProblem: undefined });
+    expect(c).toMatchObject({
+      backend: 'iptables',
+      excludeNamespaces: ['kube-system'],
+      nodeName: 'node-1',
+      podNamespace: 'istio-system',
+      cniConfName: '10-calico.conflist',
+      istioOwnedCniConfig: true,
+      enableAmbientDetectionRetry: false,
+      logLevelProblem: undefined,
+    });
     // The chart's misspelt ISTIO_OWNED_CNI_CONF_FILENAME is not Istio's variable: the default name stays.
-    expect(loadAgentConfig([], { ...CHART_ENV, ISTIO_OWNED_CNI_CONF_FILENAME: '05-x.conflist' }).istioOwnedCniConfigFilename).toBeUndefined();
+    expect(
+      loadAgentConfig([], { ...CHART_ENV, ISTIO_OWNED_CNI_CONF_FILENAME: '05-x.conflist' }).istioOwnedCniConfigFilename,
+    ).toBeUndefined();
   });
 });
 
@@ -103,18 +114,27 @@ describe('--log_output_level (pkg/log processLevels)', () => {
   const base = uniformLevels('info');
   it('a bare level is the default scope; all is every scope; unknown scopes are ignored', () => {
     expect(applyOutputLevels('debug', base).levels).toEqual({ default: 'debug', 'cni-agent': 'info', 'cni-plugin': 'info' });
-    expect(applyOutputLevels('all:warn,cni-plugin:debug', base).levels).toEqual({ default: 'warn', 'cni-agent': 'warn', 'cni-plugin': 'debug' });
-    expect(applyOutputLevels('default:info,cni-agent:debug,ztunnel:error,grpc:none', base)).toEqual({ levels: { default: 'info', 'cni-agent': 'debug', 'cni-plugin': 'info' } });
+    expect(applyOutputLevels('all:warn,cni-plugin:debug', base).levels).toEqual({
+      default: 'warn',
+      'cni-agent': 'warn',
+      'cni-plugin': 'debug',
+    });
+    expect(applyOutputLevels('default:info,cni-agent:debug,ztunnel:error,grpc:none', base)).toEqual({
+      levels: { default: 'info', 'cni-agent': 'debug', 'cni-plugin': 'info' },
+    });
     expect(applyOutputLevels('cni-agent:none', base).levels['cni-agent']).toBe('silent');
     expect(applyOutputLevels('', base)).toEqual({ levels: base });
   });
   it('the first bad entry stops the processing with Istio message; what came before stays', () => {
-    expect(applyOutputLevels('cni-agent:debug,cni-plugin:loud,default:error', base)).toEqual({ levels: { ...base, 'cni-agent': 'debug' }, error: "invalid output level 'loud'" });
+    expect(applyOutputLevels('cni-agent:debug,cni-plugin:loud,default:error', base)).toEqual({
+      levels: { ...base, 'cni-agent': 'debug' },
+      error: "invalid output level 'loud'",
+    });
     expect(applyOutputLevels('a:b:c', base).error).toBe("invalid output level format 'a:b:c'");
     expect(applyOutputLevels('info,,debug', base).error).toBe("invalid output level ''");
     expect(applyOutputLevels('trace', base).error).toBe("invalid output level 'trace'"); // pino's name, not Istio's
   });
-  it('LOG_LEVEL is every scope\'s start, refined by the flag; a bad flag is reported, not fatal', () => {
+  it("LOG_LEVEL is every scope's start, refined by the flag; a bad flag is reported, not fatal", () => {
     const c = loadAgentConfig(['--log-output-level', 'cni-plugin:error,x:y:z'], { LOG_LEVEL: 'debug' });
     expect(c.logLevels).toEqual({ default: 'debug', 'cni-agent': 'debug', 'cni-plugin': 'error' });
     expect(c.logLevelProblem).toBe("invalid output level format 'x:y:z'");
@@ -146,7 +166,9 @@ describe("Istio's log formats", () => {
     const { lines, log, proc } = capture('istio-console');
     log.child({ component: 'enroller' }).error({ pod: 'shop/web', err: 'no netns', detail: { a: 1 } }, 'enrolment failed');
     proc.info('stopping');
-    expect(lines[0]).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\terror\tcni-agent\tenrolment failed\tcomponent=enroller pod=shop\/web err=no netns detail=\{"a":1\}\n$/);
+    expect(lines[0]).toMatch(
+      /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\terror\tcni-agent\tenrolment failed\tcomponent=enroller pod=shop\/web err=no netns detail=\{"a":1\}\n$/,
+    );
     expect(lines[1]).toMatch(/\tinfo\tdefault\tstopping\n$/);
   });
 

@@ -11,7 +11,10 @@ describe('podNetnsLocation', () => {
     ['/var/run/docker/netns/1a2b3c4d5e6f', '/host/var/run/docker/netns/1a2b3c4d5e6f'], // Docker, cri-dockerd, minikube
     ['/run/containerd/io.containerd.grpc.v1.cri/netns/cni-1234', '/host/run/containerd/io.containerd.grpc.v1.cri/netns/cni-1234'],
     ['/run/k3s/containerd/io.containerd.grpc.v1.cri/netns/cni-1234', '/host/run/k3s/containerd/io.containerd.grpc.v1.cri/netns/cni-1234'], // k3s, RKE2
-    ['/var/snap/microk8s/common/run/containerd/io.containerd.grpc.v1.cri/netns/cni-1', '/host/var/snap/microk8s/common/run/containerd/io.containerd.grpc.v1.cri/netns/cni-1'],
+    [
+      '/var/snap/microk8s/common/run/containerd/io.containerd.grpc.v1.cri/netns/cni-1',
+      '/host/var/snap/microk8s/common/run/containerd/io.containerd.grpc.v1.cri/netns/cni-1',
+    ],
     ['/proc/4242/ns/net', '/host/proc/4242/ns/net'],
   ])('accepts %s under the root as %s', (path, opened) => {
     expect(podNetnsLocation('/host', path)).toBe(opened);
@@ -43,7 +46,9 @@ describe('podNetnsLocation', () => {
 
   it('accepts a directory the operator added (--netns-dirs), only one level deep', () => {
     const extra = ['/data/containerd/io.containerd.grpc.v1.cri/netns'];
-    expect(podNetnsLocation('/host', '/data/containerd/io.containerd.grpc.v1.cri/netns/cni-1', extra)).toBe('/host/data/containerd/io.containerd.grpc.v1.cri/netns/cni-1');
+    expect(podNetnsLocation('/host', '/data/containerd/io.containerd.grpc.v1.cri/netns/cni-1', extra)).toBe(
+      '/host/data/containerd/io.containerd.grpc.v1.cri/netns/cni-1',
+    );
     expect(() => podNetnsLocation('/host', '/data/containerd/io.containerd.grpc.v1.cri/netns/a/b', extra)).toThrow(NetnsPathError);
     expect(() => podNetnsLocation('/host', '/data/containerd/io.containerd.grpc.v1.cri/x', extra)).toThrow(NetnsPathError);
   });

@@ -81,6 +81,8 @@ describe('diffRulesets', () => {
     const a = lines.findIndex((l) => l.includes('0x00000111 counter accept'));
     [lines[a], lines[a + 1]] = [lines[a + 1]!, lines[a]!];
     const orderReport = diffRulesets(expected, parseNftListing(lines.join('\n')));
-    expect(orderReport.extra).toEqual([{ kind: 'order', where: 'inet istio-ambient-nat/istio-output', text: 'rules are in a different order' }]);
+    expect(orderReport.extra).toEqual([
+      { kind: 'order', where: 'inet istio-ambient-nat/istio-output', text: 'rules are in a different order' },
+    ]);
   });
 });

@@ -45,7 +45,11 @@ process.exit(${opts.code ?? 0});
     chmodSync(join(dir, 'bin', 'npm'), 0o755);
   }
   const check = (...args: string[]) =>
-    spawnSync(process.execPath, [SCRIPT, ...args], { cwd: dir, encoding: 'utf8', env: { ...process.env, PATH: `${join(dir, 'bin')}:${process.env['PATH'] ?? ''}` } });
+    spawnSync(process.execPath, [SCRIPT, ...args], {
+      cwd: dir,
+      encoding: 'utf8',
+      env: { ...process.env, PATH: `${join(dir, 'bin')}:${process.env['PATH'] ?? ''}` },
+    });
 
   it('passes when npm exits 0 quietly and node_modules matches the lockfile', () => {
     fakeNpm({ tree: { a: '1.2.3', b: '2.0.0' } });

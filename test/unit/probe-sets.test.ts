@@ -86,7 +86,9 @@ class SetModelAddon extends FakeNetAddon {
   #list(script: string): string {
     const meta = { metainfo: { version: '1.0.6', release_name: 'Lester Gooch #5', json_schema_version: 1 } };
     if (script === 'list sets inet') {
-      const sets = [...this.sets].map(([name, s]) => ({ set: { family: 'inet', name, table: 'istio-ambient-nat', type: s.type, handle: 1 } }));
+      const sets = [...this.sets].map(([name, s]) => ({
+        set: { family: 'inet', name, table: 'istio-ambient-nat', type: s.type, handle: 1 },
+      }));
       return JSON.stringify({ nftables: [meta, ...sets] });
     }
     const m = /^list set inet istio-ambient-nat (\S+)$/.exec(script);
@@ -178,13 +180,21 @@ describe('JSON listing', () => {
         { set: { name: V4, elem: [{ elem: { val: '10.0.0.1', comment: 'u1' } }, '10.0.0.3', { elem: { val: '10.0.0.4' } }] } },
       ],
     });
-    expect(parseProbeSetJson(json, V4)).toEqual(new Map([['10.0.0.1', 'u1'], ['10.0.0.3', ''], ['10.0.0.4', '']]));
+    expect(parseProbeSetJson(json, V4)).toEqual(
+      new Map([
+        ['10.0.0.1', 'u1'],
+        ['10.0.0.3', ''],
+        ['10.0.0.4', ''],
+      ]),
+    );
   });
 
   it('an empty set has no elem; odd shapes are skipped and reported; bad JSON throws', () => {
     expect(parseProbeSetJson('{"nftables":[{"set":{"name":"s"}}]}', 's')).toEqual(new Map());
     const skipped: string[] = [];
-    const odd = { nftables: [{ set: { name: 's', elem: [{ prefix: { addr: '10.0.0.0', len: 8 } }, 'bogus', { elem: { val: 'FD00::0:1' } }] } }] };
+    const odd = {
+      nftables: [{ set: { name: 's', elem: [{ prefix: { addr: '10.0.0.0', len: 8 } }, 'bogus', { elem: { val: 'FD00::0:1' } }] } }],
+    };
     expect(parseProbeSetJson(JSON.stringify(odd), 's', (w) => skipped.push(w))).toEqual(new Map([['fd00::1', '']]));
     expect(skipped).toHaveLength(2);
     expect(() => parseProbeSetJson('not json', 's')).toThrow(/unreadable JSON listing of set s/);
@@ -195,7 +205,13 @@ describe('JSON listing', () => {
     const { addon, sets } = setup();
     addon.seed(V4, { '10.0.0.1': 'u1', '10.0.0.2': undefined });
     addon.seed(V6, { 'fd00::1': 'u6' });
-    expect(await sets.list()).toEqual(new Map([['10.0.0.1', 'u1'], ['10.0.0.2', ''], ['fd00::1', 'u6']]));
+    expect(await sets.list()).toEqual(
+      new Map([
+        ['10.0.0.1', 'u1'],
+        ['10.0.0.2', ''],
+        ['fd00::1', 'u6'],
+      ]),
+    );
     expect(addon.runs).toHaveLength(1); // one run, one step per set
     expect(addon.runs[0]?.steps).toEqual([
       { op: 'nft', script: `list set ${T} ${V4}`, json: true },
@@ -218,8 +234,7 @@ describe('ProbeSets transactions', () => {
     expect(addon.elements(V4)).toEqual({ '10.0.0.1': 'u1' });
     await sets.flush();
     expect(addon.elements(V4)).toEqual({});
-    const setLine = (name: string, type: string): string =>
-      `add set ${T} ${name} { type ${type} ; comment "${SET_COMMENT}" ; }\n`;
+    const setLine = (name: string, type: string): string => `add set ${T} ${name} { type ${type} ; comment "${SET_COMMENT}" ; }\n`;
     const ensure = `add table ${T}\n${setLine(V4, 'ipv4_addr')}${setLine(V6, 'ipv6_addr')}`;
     expect(addon.scripts).toEqual([ensure, ensure, `flush set ${T} ${V4}\nflush set ${T} ${V6}\n`]);
   });
@@ -286,7 +301,11 @@ describe('ProbeSets transactions', () => {
     const { addon, sets } = setup();
     addon.seed(V4, {});
     addon.seed(V6, {});
-    const outcomes = await Promise.all([sets.upsert('10.0.0.1', 'uid-a'), sets.upsert('10.0.0.1', 'uid-b'), sets.remove('10.0.0.1', 'uid-a')]);
+    const outcomes = await Promise.all([
+      sets.upsert('10.0.0.1', 'uid-a'),
+      sets.upsert('10.0.0.1', 'uid-b'),
+      sets.remove('10.0.0.1', 'uid-a'),
+    ]);
     expect(outcomes).toEqual(['added', 'replaced', false]);
     expect(addon.elements(V4)).toEqual({ '10.0.0.1': 'uid-b' });
   });
@@ -305,18 +324,29 @@ describe('ProbeSets transactions', () => {
       const { addon, sets } = setup();
       await expect(sets.upsert(ip, 'uid-a')).rejects.toThrow(/invalid pod IP/);
       await expect(sets.remove(ip, 'uid-a')).rejects.toThrow(/invalid pod IP/);
-      await expect(sets.sync(new Map([['10.0.0.1', 'ok'], [ip, 'uid-a']]), { prune: true })).rejects.toThrow(/invalid pod IP/);
+      await expect(
+        sets.sync(
+          new Map([
+            ['10.0.0.1', 'ok'],
+            [ip, 'uid-a'],
+          ]),
+          { prune: true },
+        ),
+      ).rejects.toThrow(/invalid pod IP/);
       expect(addon.runs).toEqual([]);
     },
   );
 
-  it.each(['a"b', 'x\ny', '', 'a'.repeat(129), 'uid" ; flush ruleset ; "', '-leading'])('invalid UID %j is rejected before any nft text', async (uid) => {
-    const { addon, sets } = setup();
-    await expect(sets.upsert('10.0.0.1', uid)).rejects.toThrow(/invalid pod UID/);
-    await expect(sets.remove('10.0.0.1', uid)).rejects.toThrow(/invalid pod UID/);
-    await expect(sets.sync(new Map([['10.0.0.1', uid]]), { prune: false })).rejects.toThrow(/invalid pod UID/);
-    expect(addon.runs).toEqual([]);
-  });
+  it.each(['a"b', 'x\ny', '', 'a'.repeat(129), 'uid" ; flush ruleset ; "', '-leading'])(
+    'invalid UID %j is rejected before any nft text',
+    async (uid) => {
+      const { addon, sets } = setup();
+      await expect(sets.upsert('10.0.0.1', uid)).rejects.toThrow(/invalid pod UID/);
+      await expect(sets.remove('10.0.0.1', uid)).rejects.toThrow(/invalid pod UID/);
+      await expect(sets.sync(new Map([['10.0.0.1', uid]]), { prune: false })).rejects.toThrow(/invalid pod UID/);
+      expect(addon.runs).toEqual([]);
+    },
+  );
 
   it('remove deletes only when the comment equals the UID', async () => {
     const { addon, sets, lines } = setup();
@@ -420,9 +450,15 @@ describe('ProbeSets.sync', () => {
 
   it('one IP expected under two UIDs is refused (also via its IPv4-mapped spelling)', async () => {
     const { addon, sets } = setup();
-    await expect(sets.sync(new Map([['10.0.0.1', 'a'], ['::ffff:10.0.0.1', 'b']]), { prune: true })).rejects.toThrow(
-      /10\.0\.0\.1 is expected under two pod UIDs/,
-    );
+    await expect(
+      sets.sync(
+        new Map([
+          ['10.0.0.1', 'a'],
+          ['::ffff:10.0.0.1', 'b'],
+        ]),
+        { prune: true },
+      ),
+    ).rejects.toThrow(/10\.0\.0\.1 is expected under two pod UIDs/);
     expect(addon.runs).toEqual([]);
   });
 
@@ -530,10 +566,16 @@ describe('HostDataplane (fake addon)', () => {
     const { addon, host } = dataplane(true, { kubeletUid: 1000 });
     await host.start();
     addon.sets.get(V4)?.elements.set('10.0.0.99', 'stale');
-    await host.syncEnrolled([{ uid: 'a', ips: ['10.0.0.1', 'fd00::1'] }, { uid: 'b', ips: [] }]);
+    await host.syncEnrolled([
+      { uid: 'a', ips: ['10.0.0.1', 'fd00::1'] },
+      { uid: 'b', ips: [] },
+    ]);
     expect(host.lastSync).toMatchObject({ added: 2, pruned: 0, pruneApplied: false });
     expect(addon.elements(V4)).toEqual({ '10.0.0.99': 'stale', '10.0.0.1': 'a' });
-    await host.syncEnrolled([{ uid: 'a', ips: ['10.0.0.1', 'fd00::1'] }, { uid: 'b', ips: ['10.0.0.2'] }]);
+    await host.syncEnrolled([
+      { uid: 'a', ips: ['10.0.0.1', 'fd00::1'] },
+      { uid: 'b', ips: ['10.0.0.2'] },
+    ]);
     expect(host.lastSync).toMatchObject({ added: 1, unchanged: 2, pruned: 1, pruneApplied: true, transactions: 1 });
     expect(addon.elements(V4)).toEqual({ '10.0.0.1': 'a', '10.0.0.2': 'b' });
     expect(addon.elements(V6)).toEqual({ 'fd00::1': 'a' });
@@ -542,7 +584,10 @@ describe('HostDataplane (fake addon)', () => {
   it('syncEnrolled: an IP reported by two pods goes to the later one, with a warning', async () => {
     const { addon, host, lines } = dataplane(false, { kubeletUid: 1000 });
     await host.start();
-    await host.syncEnrolled([{ uid: 'a', ips: ['10.0.0.1'] }, { uid: 'b', ips: ['10.0.0.1'] }]);
+    await host.syncEnrolled([
+      { uid: 'a', ips: ['10.0.0.1'] },
+      { uid: 'b', ips: ['10.0.0.1'] },
+    ]);
     expect(addon.elements(V4)).toEqual({ '10.0.0.1': 'b' });
     expect(lines.some((l) => l.level === 40 && l.otherUid === 'a')).toBe(true);
   });

@@ -44,12 +44,32 @@ describe('cgroup parsing (Istio/SPIRE regexes)', () => {
 
   it.each([
     ['cgroupfs', `/kubepods/burstable/pod${UID}/${CID}`, UID, CID],
-    ['cgroupfs inside docker', `/docker/8d461fa5765781bcf5f7eb192f101bc3103d4b932e26236f43feecfa20664f96/kubepods/besteffort/pod${UID}/${CID}`, UID, CID],
+    [
+      'cgroupfs inside docker',
+      `/docker/8d461fa5765781bcf5f7eb192f101bc3103d4b932e26236f43feecfa20664f96/kubepods/besteffort/pod${UID}/${CID}`,
+      UID,
+      CID,
+    ],
     ['systemd driver, dashes', `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod${UID}.slice/docker-${CID}.scope`, UID, CID],
-    ['systemd driver, underscores', `/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod${UID.replace(/-/g, '_')}.slice/cri-containerd-${CID}.scope`, UID, CID],
-    ['containerd systemd colons', `/kubepods-besteffort-pod72f7f152_440c_66ac_9084_e0fc1d8a910c.slice:cri-containerd:${CID}`, '72f7f152-440c-66ac-9084-e0fc1d8a910c', CID],
+    [
+      'systemd driver, underscores',
+      `/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod${UID.replace(/-/g, '_')}.slice/cri-containerd-${CID}.scope`,
+      UID,
+      CID,
+    ],
+    [
+      'containerd systemd colons',
+      `/kubepods-besteffort-pod72f7f152_440c_66ac_9084_e0fc1d8a910c.slice:cri-containerd:${CID}`,
+      '72f7f152-440c-66ac-9084-e0fc1d8a910c',
+      CID,
+    ],
     ['cgroup namespace relative path', `/../../pod${UID}/${CID}`, UID, CID],
-    ['CRI-O inside a pod slice', `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod${UID.replace(/-/g, '_')}.slice/crio-${CID}.scope`, UID, CID],
+    [
+      'CRI-O inside a pod slice',
+      `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod${UID.replace(/-/g, '_')}.slice/crio-${CID}.scope`,
+      UID,
+      CID,
+    ],
     ['CRI-O without a pod UID (KubeEdge)', `/../crio-${CID}.scope`, '', CID],
     ['pod-level cgroup', `/kubepods.slice/kubepods-pod${UID.replace(/-/g, '_')}.slice`, UID, 'slice'],
   ])('%s', (_name, path, uid, cid) => {
@@ -98,13 +118,20 @@ describe('cgroup parsing (Istio/SPIRE regexes)', () => {
       parseCgroupPodUid(`1:a:/user.slice\n2:b:/kubepods/pod${UID}/${CID}\n3:c:/kubepods/kubepods/besteffort/pod${UID}/${CID2}\n`),
     ).toThrow(`multiple container IDs found in cgroups (${CID}, ${CID2})`);
     expect(() =>
-      parseCgroupPodUid(`1:a:/kubepods/pod11111111-b29f-11e7-9350-020968147796/${CID}\n2:b:/kubepods/pod22222222-b29f-11e7-9350-020968147796/${CID}\n`),
+      parseCgroupPodUid(
+        `1:a:/kubepods/pod11111111-b29f-11e7-9350-020968147796/${CID}\n2:b:/kubepods/pod22222222-b29f-11e7-9350-020968147796/${CID}\n`,
+      ),
     ).toThrow('multiple pod UIDs found in cgroups (11111111-b29f-11e7-9350-020968147796, 22222222-b29f-11e7-9350-020968147796)');
   });
 
   it('stays fast on long crafted paths', () => {
     const started = performance.now();
-    for (const p of [`/${'a'.repeat(4000)}-crio-x`, `/crio${'a'.repeat(4000)}-`, `/pod${UID}/${'a'.repeat(4000)}-`, `/${'a/'.repeat(2000)}crio-x`]) {
+    for (const p of [
+      `/${'a'.repeat(4000)}-crio-x`,
+      `/crio${'a'.repeat(4000)}-`,
+      `/pod${UID}/${'a'.repeat(4000)}-`,
+      `/${'a/'.repeat(2000)}crio-x`,
+    ]) {
       podIdsFromCgroupPath(p);
     }
     expect(performance.now() - started).toBeLessThan(200);

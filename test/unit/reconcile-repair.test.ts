@@ -22,19 +22,31 @@ describe('verifyAndRepair', () => {
   });
 
   it('drift: re-applied, with what drifted and the metric reason', async () => {
-    const report = driftReport([{ kind: 'ip-rule', where: 'ipv4', text: 'fwmark 0x111/0xfff lookup 100' }], [{ kind: 'rule', where: 'inet istio-ambient-nat/x', text: 'accept' }]);
+    const report = driftReport(
+      [{ kind: 'ip-rule', where: 'ipv4', text: 'fwmark 0x111/0xfff lookup 100' }],
+      [{ kind: 'rule', where: 'inet istio-ambient-nat/x', text: 'accept' }],
+    );
     const outcome = await verifyAndRepair({ verify: async () => report, repair: async () => undefined });
-    expect(outcome).toEqual({ status: 'repaired', reason: 'ip-rule+nftables', drift: ['missing ip-rule in ipv4: fwmark 0x111/0xfff lookup 100', 'extra rule in inet istio-ambient-nat/x: accept'] });
+    expect(outcome).toEqual({
+      status: 'repaired',
+      reason: 'ip-rule+nftables',
+      drift: ['missing ip-rule in ipv4: fwmark 0x111/0xfff lookup 100', 'extra rule in inet istio-ambient-nat/x: accept'],
+    });
     expect(driftReason(driftReport([{ kind: 'route', where: 'ipv6', text: 'x' }], []))).toBe('route');
   });
 
   it('a verify that throws still repairs; a repair that throws is reported, not thrown', async () => {
-    expect(await verifyAndRepair({ verify: async () => Promise.reject(new Error('ENOENT: netns gone')), repair: async () => undefined })).toMatchObject({
+    expect(
+      await verifyAndRepair({ verify: async () => Promise.reject(new Error('ENOENT: netns gone')), repair: async () => undefined }),
+    ).toMatchObject({
       status: 'repaired',
       reason: 'verify-failed',
       drift: ['verify failed: ENOENT: netns gone'],
     });
-    const failed = await verifyAndRepair({ verify: async () => driftReport([{ kind: 'table', where: 't', text: 'table t' }], []), repair: async () => Promise.reject(new Error('EPERM')) });
+    const failed = await verifyAndRepair({
+      verify: async () => driftReport([{ kind: 'table', where: 't', text: 'table t' }], []),
+      repair: async () => Promise.reject(new Error('EPERM')),
+    });
     expect(failed).toMatchObject({ status: 'failed', reason: 'nftables' });
     expect(failed.status === 'failed' && failed.error.message).toBe('EPERM');
   });

@@ -58,7 +58,11 @@ describe('Reconciler', () => {
     vi.useRealTimers();
   });
 
-  const drifted = (): RepairOutcome => ({ status: 'repaired', reason: 'nftables', drift: ['missing table in inet istio-ambient-nat: table inet istio-ambient-nat'] });
+  const drifted = (): RepairOutcome => ({
+    status: 'repaired',
+    reason: 'nftables',
+    drift: ['missing table in inet istio-ambient-nat: table inet istio-ambient-nat'],
+  });
   const warnings = (): number => lines.filter((l) => l.level === 40).length;
 
   it('opens a watch, checks once after it opened, and debounces a burst of events into one check', async () => {

@@ -6,7 +6,11 @@ import { fileURLToPath } from 'node:url';
 
 import { describe, expect, it } from 'vitest';
 
-import { ANNOTATION_BYPASS_INBOUND_CAPTURE, ANNOTATION_DNS_CAPTURE, ANNOTATION_REROUTE_VIRTUAL_INTERFACES } from '../../src/rules/constants.js';
+import {
+  ANNOTATION_BYPASS_INBOUND_CAPTURE,
+  ANNOTATION_DNS_CAPTURE,
+  ANNOTATION_REROUTE_VIRTUAL_INTERFACES,
+} from '../../src/rules/constants.js';
 import { renderHostIptables, renderInpodIptables, inpodIptablesDeleteCommands } from '../../src/rules/iptables.js';
 import { buildHostModel, buildInpodModel } from '../../src/rules/model.js';
 import {
@@ -86,13 +90,14 @@ function inpodInputs(base: string, ipv6: boolean): ReturnType<typeof buildInpodM
 
 function hostSettings(backend: Backend, ipv6: boolean): RuleSettings {
   // The iptables host test overrides the v6 SNAT with the real default; the nft one does not.
-  return backend === 'iptables'
-    ? defaultRuleSettings({ ipv6 })
-    : defaultRuleSettings({ ipv6, hostProbeSnatIpv6: TEST_SNAT_V6 });
+  return backend === 'iptables' ? defaultRuleSettings({ ipv6 }) : defaultRuleSettings({ ipv6, hostProbeSnatIpv6: TEST_SNAT_V6 });
 }
 
 function joinIptables(out: { v4: string; v6?: string }): string {
-  return [out.v4, out.v6].filter((text): text is string => text !== undefined).map((text) => text.trim()).join('\n');
+  return [out.v4, out.v6]
+    .filter((text): text is string => text !== undefined)
+    .map((text) => text.trim())
+    .join('\n');
 }
 
 function goldenCase(backend: Backend, file: string): GoldenCase {
@@ -131,7 +136,9 @@ function goldenCase(backend: Backend, file: string): GoldenCase {
 }
 
 function goldenFiles(dir: URL): string[] {
-  return readdirSync(dir).filter((name) => name.endsWith('.golden')).sort();
+  return readdirSync(dir)
+    .filter((name) => name.endsWith('.golden'))
+    .sort();
 }
 
 function readGolden(dir: URL, file: string): string {

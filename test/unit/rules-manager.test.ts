@@ -75,7 +75,8 @@ describe('NftablesInpodRules', () => {
 
   it('a compile that fails is not retried per pod: the text keeps serving', async () => {
     const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
-    addon.failOn = (step) => (step.op === 'nftCompile' ? systemError('EPERM', -1, 'unshare', 'EPERM: Operation not permitted, unshare') : undefined);
+    addon.failOn = (step) =>
+      step.op === 'nftCompile' ? systemError('EPERM', -1, 'unshare', 'EPERM: Operation not permitted, unshare') : undefined;
     for (let i = 0; i < 3; i++) {
       await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
       await new Promise((resolve) => setImmediate(resolve));
@@ -115,7 +116,10 @@ describe('NftablesInpodRules', () => {
 
   for (const backend of ['nftables', 'iptables'] as const) {
     it(`${backend}: brings a down lo up first, in the same visit, so the IPv6 route goes in (containerd's loopback race)`, async () => {
-      const manager = backend === 'nftables' ? new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: true })) : new IptablesInpodRules(addon, defaultRuleSettings({ ipv6: true }));
+      const manager =
+        backend === 'nftables'
+          ? new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: true }))
+          : new IptablesInpodRules(addon, defaultRuleSettings({ ipv6: true }));
       pod.loUp = false; // the runtime's own loopback setup has not run yet
       const ns = addon.openNetns(POD);
       addon.runs.length = 0;
@@ -173,9 +177,16 @@ describe('NftablesInpodRules', () => {
 
     it('is in sync after apply, and canonicalises each distinct ruleset only once', async () => {
       // In sync, with the stamp of the generation the listing was taken at (the next verify skips the listing).
-      expect(await manager.verify(addon.openNetns(POD), NO_OVERRIDES)).toEqual({ inSync: true, missing: [], extra: [], stamp: { nftGeneration: pod.nftGeneration } });
+      expect(await manager.verify(addon.openNetns(POD), NO_OVERRIDES)).toEqual({
+        inSync: true,
+        missing: [],
+        extra: [],
+        stamp: { nftGeneration: pod.nftGeneration },
+      });
       await manager.verify(addon.openNetns(POD), NO_OVERRIDES);
-      const freshRuns = addon.runs.filter((r) => r.target === 'fresh' && r.steps.some((s) => s.op === 'nft' && s.script === 'list ruleset'));
+      const freshRuns = addon.runs.filter(
+        (r) => r.target === 'fresh' && r.steps.some((s) => s.op === 'nft' && s.script === 'list ruleset'),
+      );
       expect(freshRuns).toHaveLength(1);
       expect(freshRuns[0]!.steps).toEqual([
         { op: 'nft', script: golden('default.golden') },
@@ -245,8 +256,14 @@ describe('IptablesInpodRules', () => {
   });
 
   it('counts agent rules in iptables-save output per table and chain', () => {
-    const save = '*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j ISTIO_PRERT\n-A ISTIO_PRERT -s 169.254.7.127/32 -p tcp -j ACCEPT\n-A POSTROUTING -j KUBE\nCOMMIT\n';
-    expect(countAgentRules(save)).toEqual(new Map([['nat/PREROUTING', 1], ['nat/ISTIO_PRERT', 1]]));
+    const save =
+      '*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j ISTIO_PRERT\n-A ISTIO_PRERT -s 169.254.7.127/32 -p tcp -j ACCEPT\n-A POSTROUTING -j KUBE\nCOMMIT\n';
+    expect(countAgentRules(save)).toEqual(
+      new Map([
+        ['nat/PREROUTING', 1],
+        ['nat/ISTIO_PRERT', 1],
+      ]),
+    );
   });
 
   it('verify reports missing rules by chain when the pod has none', async () => {

@@ -8,14 +8,7 @@ import {
   DEFAULT_HOST_PROBE_SNAT_IPV6,
 } from '../../src/rules/constants.js';
 import { renderInpodIptables } from '../../src/rules/iptables.js';
-import {
-  buildHostModel,
-  buildInpodModel,
-  chainsUsed,
-  dnsCaptureEnabled,
-  tablesUsed,
-  type InpodModel,
-} from '../../src/rules/model.js';
+import { buildHostModel, buildInpodModel, chainsUsed, dnsCaptureEnabled, tablesUsed, type InpodModel } from '../../src/rules/model.js';
 import { renderInpodNftables } from '../../src/rules/nftables.js';
 import {
   defaultRuleSettings,

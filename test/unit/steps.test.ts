@@ -4,7 +4,10 @@ import { addonCandidates, loadAddonFrom } from '../../src/addon/binding.js';
 
 describe('assertValidSteps', () => {
   const bad: [Step, string][] = [
-    [{ op: 'socket', family: 4, type: 'tcp', connectAddress: '10.0.0.1', connectPort: 65536 }, 'connectPort must be an integer from 0 to 65535'],
+    [
+      { op: 'socket', family: 4, type: 'tcp', connectAddress: '10.0.0.1', connectPort: 65536 },
+      'connectPort must be an integer from 0 to 65535',
+    ],
     [{ op: 'socket', family: 4, type: 'tcp', bindAddress: '0.0.0.0', bindPort: -1 }, 'bindPort must be an integer'],
     [{ op: 'socket', family: 4, type: 'tcp', bindPort: 80 }, 'bindPort needs bindAddress'],
     [{ op: 'socket', family: 4, type: 'tcp', connectAddress: '10.0.0.1' }, 'connectAddress and connectPort go together'],

@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { decodeAck, decodeHello, decodeRequest, encodeHello, encodeRequest, encodeResponse, MAX_DATAGRAM_BYTES } from '../../src/zds/codec.js';
+import {
+  decodeAck,
+  decodeHello,
+  decodeRequest,
+  encodeHello,
+  encodeRequest,
+  encodeResponse,
+  MAX_DATAGRAM_BYTES,
+} from '../../src/zds/codec.js';
 import { ZdsError } from '../../src/zds/errors.js';
 
 const hex = (b: Uint8Array): string => Buffer.from(b).toString('hex');
@@ -13,7 +21,11 @@ describe('ZDS codec: exact bytes (docs/zds-protocol.md §1, as prost and Go prod
     ['WorkloadRequest{snapshot_sent: {}}', hex(encodeRequest({ snapshotSent: {} })), '1a00'],
     ['WorkloadRequest{del: {uid: "u"}}', hex(encodeRequest({ del: { uid: 'u' } })), '1203120175'],
     ['WorkloadRequest{keep: {uid: "u"}}', hex(encodeRequest({ keep: { uid: 'u' } })), '2a030a0175'],
-    ['WorkloadRequest{add: {uid: "u", workload_info: {}}}', hex(encodeRequest({ add: { uid: 'u', workloadInfo: { name: '', namespace: '', serviceAccount: '' } } })), '0a050a01751200'],
+    [
+      'WorkloadRequest{add: {uid: "u", workload_info: {}}}',
+      hex(encodeRequest({ add: { uid: 'u', workloadInfo: { name: '', namespace: '', serviceAccount: '' } } })),
+      '0a050a01751200',
+    ],
   ])('%s', (_name, actual, expected) => {
     expect(actual).toBe(expected);
   });

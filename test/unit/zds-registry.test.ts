@@ -96,12 +96,10 @@ describe('zds serve arguments', () => {
     });
   });
 
-  it.each([
-    [['serve', '--pod', 'shop/web/u1']],
-    [['serve', '--mode', '999']],
-    [['serve', '--bogus']],
-    [['listen']],
-  ])('rejects %j with a usage error', (args) => {
-    expect(() => parseZdsArgs(args)).toThrow(UsageError);
-  });
+  it.each([[['serve', '--pod', 'shop/web/u1']], [['serve', '--mode', '999']], [['serve', '--bogus']], [['listen']]])(
+    'rejects %j with a usage error',
+    (args) => {
+      expect(() => parseZdsArgs(args)).toThrow(UsageError);
+    },
+  );
 });

@@ -43,7 +43,8 @@ class FakeConnection implements PodAddTarget {
 
   /** The connection closes: what is in flight fails as ZdsConnection fails it. */
   die(): void {
-    for (const p of this.#pending.values()) p.reject(new ZdsError('ZDS_CONNECTION_CLOSED', `ztunnel connection ${this.id} closed: ztunnel closed the connection`, true));
+    for (const p of this.#pending.values())
+      p.reject(new ZdsError('ZDS_CONNECTION_CLOSED', `ztunnel connection ${this.id} closed: ztunnel closed the connection`, true));
     this.#pending.clear();
   }
 }
@@ -100,10 +101,14 @@ class FakeZds implements ZdsSink {
 const INFO = { name: 'p', namespace: 'ns', serviceAccount: 'default' };
 const NETNS: FdSource = { fd: 3, closed: false };
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-const outcome = (p: Promise<unknown>): Promise<string> => p.then(() => 'ok', (e: Error) => e.message);
+const outcome = (p: Promise<unknown>): Promise<string> =>
+  p.then(
+    () => 'ok',
+    (e: Error) => e.message,
+  );
 
 describe('PodAddDelivery: waiting for a ztunnel', () => {
-  it('with waitMs 0 fails at once without a connection, with Istio\'s text', async () => {
+  it("with waitMs 0 fails at once without a connection, with Istio's text", async () => {
     const zds = new FakeZds(0);
     await expect(zds.podAdded('a', INFO, NETNS)).rejects.toMatchObject({ code: 'ZDS_NO_CONNECTION', message: 'no ztunnel connection' });
     expect(zds.waits).toEqual([]);
@@ -131,7 +136,7 @@ describe('PodAddDelivery: waiting for a ztunnel', () => {
     expect(zds.waits.every((w) => w.seconds >= 0.04 && w.seconds < 1)).toBe(true);
     expect(zds.gapLines()).toHaveLength(1);
     expect(zds.gapLines()[0]).toMatch(/^ztunnel gone for \d+ ms, 10 pods waited, all enrolled$/);
-    const gone = zds.lines.find((l) => l.msg.startsWith("ztunnel gone"))!;
+    const gone = zds.lines.find((l) => l.msg.startsWith('ztunnel gone'))!;
     expect(gone.goneMs).toBeGreaterThanOrEqual(45);
   });
 
@@ -165,15 +170,18 @@ describe('PodAddDelivery: waiting for a ztunnel', () => {
     expect(zds.waits.map((w) => w.enrolled)).toEqual([false]);
   });
 
-  it('a ztunnel that connects but does not ack within the wait: fails naming ztunnel\'s missing ack', async () => {
+  it("a ztunnel that connects but does not ack within the wait: fails naming ztunnel's missing ack", async () => {
     const zds = new FakeZds(60);
     const adding = zds.podAdded('a', INFO, NETNS);
     await sleep(10);
     zds.connect(() => 'hold');
-    await expect(adding).rejects.toMatchObject({ code: 'ZDS_ACK_TIMEOUT', message: expect.stringMatching(/^ztunnel reconnected but did not acknowledge pod a within 60 ms/) });
+    await expect(adding).rejects.toMatchObject({
+      code: 'ZDS_ACK_TIMEOUT',
+      message: expect.stringMatching(/^ztunnel reconnected but did not acknowledge pod a within 60 ms/),
+    });
   });
 
-  it('an error ack from the next ztunnel fails the add with ztunnel\'s text (not retried)', async () => {
+  it("an error ack from the next ztunnel fails the add with ztunnel's text (not retried)", async () => {
     const zds = new FakeZds(1000);
     const adding = zds.podAdded('a', INFO, NETNS);
     const conn = zds.connect(() => 'failure to start proxy : Bind');
@@ -201,7 +209,9 @@ describe('PodAddDelivery: waiting for a ztunnel', () => {
     zds.kill(newest);
     expect(await outcome(adding)).toBe('ok');
     expect([newest.received, older.received]).toEqual([['a'], ['a']]);
-    expect(zds.gapLines()).toEqual(['ztunnel connection lost with adds in flight, an older connection took them: 1 pod waited, all enrolled']);
+    expect(zds.gapLines()).toEqual([
+      'ztunnel connection lost with adds in flight, an older connection took them: 1 pod waited, all enrolled',
+    ]);
   });
 
   it('the first connection ever: the line says so, only when adds waited', async () => {
@@ -223,7 +233,14 @@ describe('PodEnroller over a fake ZDS sink: one pod waiting holds up nothing els
   let enroller: PodEnroller;
   let registry: PodRegistry;
 
-  const cniPod = (name: string) => ({ uid: `uid-${name}`, name, namespace: 'shop', netnsPath: `/var/run/netns/${name}`, containerId: `c-${name}`, ips: ['10.0.0.1'] });
+  const cniPod = (name: string) => ({
+    uid: `uid-${name}`,
+    name,
+    namespace: 'shop',
+    netnsPath: `/var/run/netns/${name}`,
+    containerId: `c-${name}`,
+    ips: ['10.0.0.1'],
+  });
 
   beforeEach(() => {
     dir = mkdtempSync(join(tmpdir(), 'ztunnel-wait-'));
@@ -232,7 +249,14 @@ describe('PodEnroller over a fake ZDS sink: one pod waiting holds up nothing els
     zds = new FakeZds(1000);
     registry = new PodRegistry(zds);
     const settings = defaultRuleSettings({ ipv6: false, dnsCapture: true });
-    enroller = new PodEnroller({ addon, rules: new NftablesInpodRules(addon, settings), registry, store: new PodStateStore(join(dir, 'run')), netnsRoot: '/host', excludeNamespaces: [] });
+    enroller = new PodEnroller({
+      addon,
+      rules: new NftablesInpodRules(addon, settings),
+      registry,
+      store: new PodStateStore(join(dir, 'run')),
+      netnsRoot: '/host',
+      excludeNamespaces: [],
+    });
   });
 
   afterEach(() => {
@@ -261,7 +285,14 @@ describe('PodEnroller over a fake ZDS sink: one pod waiting holds up nothing els
     registry = new PodRegistry(zds);
     const settings = defaultRuleSettings({ ipv6: false, dnsCapture: true });
     const store = new PodStateStore(join(dir, 'run2'));
-    enroller = new PodEnroller({ addon, rules: new NftablesInpodRules(addon, settings), registry, store, netnsRoot: '/host', excludeNamespaces: [] });
+    enroller = new PodEnroller({
+      addon,
+      rules: new NftablesInpodRules(addon, settings),
+      registry,
+      store,
+      netnsRoot: '/host',
+      excludeNamespaces: [],
+    });
     await expect(enroller.add(cniPod('c'))).rejects.toThrow(/^no ztunnel connection \(waited 30 ms/);
     expect(registry.has('uid-c')).toBe(true);
     expect(store.get('uid-c')).toBeDefined();

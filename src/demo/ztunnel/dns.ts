@@ -2,7 +2,6 @@
 // and the stand-in's answer to a query (names under the demo's suffix from its records).
 import net from 'node:net';
 
-
 export const DNS_TYPE_A = 1;
 export const DNS_TYPE_AAAA = 28;
 export const DNS_CLASS_IN = 1;
@@ -80,7 +79,7 @@ function readName(msg: Uint8Array, offset: number, allowPointers: boolean): { na
   let pos = offset;
   let next: number | undefined;
   let total = 0;
-  for (let hops = 0; ; ) {
+  for (let hops = 0; ;) {
     const len = msg[pos];
     if (len === undefined) throw new Error('name runs past the end of the message');
     if (len === 0) {
@@ -112,7 +111,8 @@ function encodeName(name: string): Buffer {
   if (trimmed !== '') {
     for (const label of trimmed.split('.')) {
       const bytes = Buffer.from(label, 'ascii');
-      if (bytes.length === 0 || bytes.length > 63 || !/^[\x21-\x7e]+$/.test(label)) throw new TypeError(`invalid DNS label in ${JSON.stringify(name)}`);
+      if (bytes.length === 0 || bytes.length > 63 || !/^[\x21-\x7e]+$/.test(label))
+        throw new TypeError(`invalid DNS label in ${JSON.stringify(name)}`);
       parts.push(Buffer.from([bytes.length]), bytes);
     }
   }
@@ -128,7 +128,8 @@ function encodeName(name: string): Buffer {
  * Answer/authority/additional sections (EDNS OPT) are ignored.
  */
 export function parseDnsQuery(msg: Uint8Array): DnsQuery {
-  if (msg.length < DNS_HEADER_BYTES) throw new DnsFormatError(`${msg.length}-byte message is shorter than a DNS header`, undefined, undefined, undefined);
+  if (msg.length < DNS_HEADER_BYTES)
+    throw new DnsFormatError(`${msg.length}-byte message is shorter than a DNS header`, undefined, undefined, undefined);
   const view = Buffer.from(msg.buffer, msg.byteOffset, msg.byteLength);
   const id = view.readUInt16BE(0);
   const flags = view.readUInt16BE(2);
@@ -170,7 +171,11 @@ function ipv4Bytes(ip: string): Buffer {
 }
 
 /** A response to `query`: rcode, and at most one A record (name compressed to the question). */
-export function buildDnsResponse(query: { id: number; flags: number; question?: DnsQuestion }, rcode: number, a?: { ip: string; ttl?: number }): Buffer {
+export function buildDnsResponse(
+  query: { id: number; flags: number; question?: DnsQuestion },
+  rcode: number,
+  a?: { ip: string; ttl?: number },
+): Buffer {
   const flags = FLAG_QR | FLAG_AA | (query.flags & FLAG_RD) | (rcode & 0xf);
   const parts = [header(query.id, flags, query.question ? 1 : 0, a ? 1 : 0)];
   if (query.question) parts.push(questionBytes(query.question));

@@ -172,7 +172,11 @@ export class PodProxy {
   close(): Promise<void> {
     this.#closing ??= (async () => {
       await this.#closeSockets();
-      await withDeadline(Promise.allSettled([...this.#inflight]), this.ctx.upstreamTimeoutMs + CLOSE_WAIT_MS, `pod ${this.label}: in-flight connects`).catch(() => undefined);
+      await withDeadline(
+        Promise.allSettled([...this.#inflight]),
+        this.ctx.upstreamTimeoutMs + CLOSE_WAIT_MS,
+        `pod ${this.label}: in-flight connects`,
+      ).catch(() => undefined);
       this.netns.close();
     })();
     return this.#closing;

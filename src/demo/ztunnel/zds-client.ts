@@ -137,10 +137,25 @@ export class ZtunnelStandIn {
   pods(): Map<string, StandInPodInfo> {
     const out = new Map<string, StandInPodInfo>();
     for (const [uid, p] of this.#running) {
-      out.set(uid, { uid, ...p.info, netns: { ino: p.netns.ino, dev: p.netns.dev }, state: 'running', listeners: p.listeners(), since: p.since });
+      out.set(uid, {
+        uid,
+        ...p.info,
+        netns: { ino: p.netns.ino, dev: p.netns.dev },
+        state: 'running',
+        listeners: p.listeners(),
+        since: p.since,
+      });
     }
     for (const [uid, p] of this.#pending) {
-      out.set(uid, { uid, ...p.info, netns: { ino: p.netns.ino, dev: p.netns.dev }, state: 'pending', error: p.error, listeners: [], since: p.since });
+      out.set(uid, {
+        uid,
+        ...p.info,
+        netns: { ino: p.netns.ino, dev: p.netns.dev },
+        state: 'pending',
+        error: p.error,
+        listeners: [],
+        since: p.since,
+      });
     }
     return out;
   }
@@ -300,7 +315,11 @@ export class ZtunnelStandIn {
       this.#raw.closeFd(fd);
       return readError('Unexpected control message');
     }
-    const protocolError = (text: string): Nack => ({ error: `failure to process message : ProtocolError("${text}")`, end: true, fatal: true });
+    const protocolError = (text: string): Nack => ({
+      error: `failure to process message : ProtocolError("${text}")`,
+      end: true,
+      fatal: true,
+    });
     const kind = requestKind(req);
     const uid = (req as Record<string, { uid?: string } | undefined>)[kind]?.uid;
     this.requests.push(uid === undefined ? { kind } : { kind, uid });
@@ -426,9 +445,10 @@ export class ZtunnelStandIn {
     this.events.push(event);
     const max = MAX_EVENTS;
     if (this.events.length > max) this.events.splice(0, this.events.length - max);
-    const detail = event.kind === 'dns'
-      ? `${event.transport} ${event.name ?? '?'} -> ${event.answer ?? '?'}`
-      : `${event.from} -> ${event.originalDst}${event.clientIp ? ` (client ${event.clientIp})` : ''}`;
+    const detail =
+      event.kind === 'dns'
+        ? `${event.transport} ${event.name ?? '?'} -> ${event.answer ?? '?'}`
+        : `${event.from} -> ${event.originalDst}${event.clientIp ? ` (client ${event.clientIp})` : ''}`;
     this.#log(`pod ${event.pod}: ${event.kind} via ${event.listener}: ${detail}${event.error ? ` FAILED: ${event.error}` : ''}`);
     try {
       this.onEvent?.(event);
