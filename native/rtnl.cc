@@ -114,19 +114,26 @@ bool Rtnl::Open(SysError* err) {
   return true;
 }
 
-bool Rtnl::Transact(nlmsghdr* nlh, int* kernel_errno, SysError* err) {
-  nlh->nlmsg_flags |= NLM_F_ACK;
+bool Rtnl::SendAndReceive(nlmsghdr* nlh, std::vector<char>* buf, ssize_t* n, SysError* err) {
   nlh->nlmsg_seq = ++seq_;
   if (mnl_socket_sendto(sock_, nlh, nlh->nlmsg_len) < 0) {
     *err = SysError::FromErrno(errno, "sendto", "NETLINK_ROUTE");
     return false;
   }
-  std::vector<char> buf(kBufSize);
-  ssize_t n = mnl_socket_recvfrom(sock_, buf.data(), buf.size());
-  if (n < 0) {
+  buf->resize(kBufSize);
+  *n = mnl_socket_recvfrom(sock_, buf->data(), buf->size());
+  if (*n < 0) {
     *err = SysError::FromErrno(errno, "recvfrom", "NETLINK_ROUTE");
     return false;
   }
+  return true;
+}
+
+bool Rtnl::Transact(nlmsghdr* nlh, int* kernel_errno, SysError* err) {
+  nlh->nlmsg_flags |= NLM_F_ACK;
+  std::vector<char> buf;
+  ssize_t n = 0;
+  if (!SendAndReceive(nlh, &buf, &n, err)) return false;
   errno = 0;
   int rc = mnl_cb_run(buf.data(), n, nlh->nlmsg_seq, port_id_, nullptr, nullptr);
   *kernel_errno = rc < 0 ? errno : 0;
@@ -331,17 +338,9 @@ bool Rtnl::ListRoutes(int family, uint32_t table, std::vector<RouteEntry>* out, 
 
 bool Rtnl::Query(nlmsghdr* nlh, const char* what, int (*cb)(const nlmsghdr*, void*), void* data, SysError* err) {
   nlh->nlmsg_flags = NLM_F_REQUEST;
-  nlh->nlmsg_seq = ++seq_;
-  if (mnl_socket_sendto(sock_, nlh, nlh->nlmsg_len) < 0) {
-    *err = SysError::FromErrno(errno, "sendto", "NETLINK_ROUTE");
-    return false;
-  }
-  std::vector<char> buf(kBufSize);
-  ssize_t n = mnl_socket_recvfrom(sock_, buf.data(), buf.size());
-  if (n < 0) {
-    *err = SysError::FromErrno(errno, "recvfrom", "NETLINK_ROUTE");
-    return false;
-  }
+  std::vector<char> buf;
+  ssize_t n = 0;
+  if (!SendAndReceive(nlh, &buf, &n, err)) return false;
   if (mnl_cb_run(buf.data(), n, nlh->nlmsg_seq, port_id_, cb, data) < 0) {
     *err = SysError::FromErrno(errno, what);
     return false;

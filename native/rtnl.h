@@ -77,6 +77,8 @@ class Rtnl {
   bool TransactBatch(const std::vector<nlmsghdr*>& messages, std::vector<int>* kernel_errnos, SysError* err);
 
  private:
+  // Sends one request (a fresh sequence number) and reads one reply datagram into buf.
+  bool SendAndReceive(nlmsghdr* nlh, std::vector<char>* buf, ssize_t* n, SysError* err);
   // Sends one request and reads its ack; the kernel's errno (0 on success) goes to *kernel_errno.
   bool Transact(nlmsghdr* nlh, int* kernel_errno, SysError* err);
   // Sends one request and handles its single answer (no ack); a kernel error fails it as `what`.
