@@ -7,26 +7,16 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { NetnsHandle } from '../../src/addon/net-addon.js';
 import { Agent } from '../../src/agent/agent.js';
 import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
-import { KubernetesMode } from '../../src/kube/kube-mode.js';
-import { loadKubeConfig } from '../../src/kube/client.js';
 import { FakeNetAddon } from '../fakes/fake-net-addon.js';
 import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
+import { kubeModeTestAgent, TEST_NODE } from '../helpers/kube-agent.js';
 
-const NODE = 'node-1';
+const NODE = TEST_NODE;
 const REDIRECTION = 'ambient.istio.io/redirection';
 const POD_IP = '10.0.0.13';
-
-const fakeHost = {
-  start: async () => undefined,
-  cleanup: async () => undefined,
-  podEnrolled: async () => undefined,
-  podRemoved: async () => undefined,
-  syncEnrolled: async () => undefined,
-};
 
 function podObject(name: string): FakeObject {
   return {
@@ -60,30 +50,7 @@ describe('Kubernetes mode: live reconciliation', () => {
     (api.pod('shop', name)?.metadata as { annotations?: Record<string, string> } | undefined)?.annotations?.[REDIRECTION];
 
   async function startEnrolled(name: string): Promise<void> {
-    const kc = loadKubeConfig({ kubeconfig: api.kubeconfigPath })!;
-    const finder = {
-      find: async (pods: Array<{ uid: string }>) => {
-        const found = new Map<string, NetnsHandle>();
-        for (const p of pods) {
-          const path = sandboxOf.get(p.uid);
-          if (path) found.set(p.uid, addon.openNetns(path));
-        }
-        return found;
-      },
-    };
-    agent = new Agent(config, {
-      addon,
-      makeMode: (deps) =>
-        new KubernetesMode(deps, {
-          kc,
-          nodeName: NODE,
-          systemNamespace: 'istio-system',
-          daemonSetName: 'istio-cni-node',
-          disableSafeUpgrade: false,
-          host: fakeHost,
-          finder,
-        }),
-    });
+    agent = kubeModeTestAgent(config, addon, api.kubeconfigPath, sandboxOf);
     await agent.start();
     ztunnel = await FakeZtunnel.connect(config.zdsSocket);
     await ztunnel.waitFor(() => ztunnel!.snapshotSent);

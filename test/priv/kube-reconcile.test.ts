@@ -12,30 +12,21 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { NativeNetAddon, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { NativeNetAddon } from '../../src/addon/net-addon.js';
 import { Agent } from '../../src/agent/agent.js';
 import { debugSocketPath, getDebug } from '../../src/agent/debug-server.js';
 import { loadAgentConfig } from '../../src/agent/config.js';
-import { KubernetesMode } from '../../src/kube/kube-mode.js';
-import { loadKubeConfig } from '../../src/kube/client.js';
 import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
+import { kubeModeTestAgent, TEST_NODE } from '../helpers/kube-agent.js';
 import { createNetns, deleteNetns, execIn, ipIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
 
 requirePrivilegedInCi();
 const skip = privilegedSkipReason();
 const run = promisify(execFile);
-const NODE = 'node-1';
+const NODE = TEST_NODE;
 const POD_IP = '198.18.2.1';
 const REDIRECTION = 'ambient.istio.io/redirection';
-
-const fakeHost = {
-  start: async () => undefined,
-  cleanup: async () => undefined,
-  podEnrolled: async () => undefined,
-  podRemoved: async () => undefined,
-  syncEnrolled: async () => undefined,
-};
 
 async function until(predicate: () => boolean | Promise<boolean>, what: string, ms = 5000): Promise<number> {
   const start = Date.now();
@@ -94,17 +85,6 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
       ],
       {},
     );
-    const finder = {
-      find: async (pods: Array<{ uid: string }>) => {
-        const found = new Map<string, NetnsHandle>();
-        for (const p of pods) {
-          const path = sandboxOf.get(p.uid);
-          if (path) found.set(p.uid, addon.openNetns(path));
-        }
-        return found;
-      },
-    };
-    const kc = loadKubeConfig({ kubeconfig: api.kubeconfigPath })!;
     api.upsertNamespace({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop', labels: {} } } as FakeObject);
     api.upsertPod({
       apiVersion: 'v1',
@@ -113,19 +93,7 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
       spec: { nodeName: NODE, serviceAccountName: 'sa', containers: [{ name: 'app', image: 'app' }] },
       status: { phase: 'Running', podIP: POD_IP, podIPs: [{ ip: POD_IP }] },
     } as FakeObject);
-    agent = new Agent(config, {
-      addon,
-      makeMode: (deps) =>
-        new KubernetesMode(deps, {
-          kc,
-          nodeName: NODE,
-          systemNamespace: 'istio-system',
-          daemonSetName: 'istio-cni-node',
-          disableSafeUpgrade: false,
-          host: fakeHost,
-          finder,
-        }),
-    });
+    agent = kubeModeTestAgent(config, addon, api.kubeconfigPath, sandboxOf);
     await agent.start();
     ztunnel = await FakeZtunnel.connect(config.zdsSocket);
     await ztunnel.waitFor(() => ztunnel.snapshotSent);
