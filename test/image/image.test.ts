@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
+import { istioChartEnv } from '../helpers/istio-chart-env.js';
 
 const IMAGE = process.env['AMBIENT_IMAGE'] || 'localhost/ambient-node-agent:dev';
 const run = promisify(execFile);
@@ -49,37 +50,8 @@ async function until<T>(what: string, probe: () => Promise<T | undefined>, timeo
   }
 }
 
-// The chart's default values with ambient on: configmap-cni.yaml, then daemonset.yaml's env.
-const CHART_SELECTORS =
-  '- podSelector:\n    matchLabels:\n      istio.io/dataplane-mode: ambient\n- namespaceSelector:\n    matchLabels:\n      istio.io/dataplane-mode: ambient\n  podSelector:\n    matchExpressions:\n    - key: istio.io/dataplane-mode\n      operator: NotIn\n      values:\n      - none\n';
-const CHART_ENV: Record<string, string> = {
-  CURRENT_AGENT_VERSION: 'dev',
-  AMBIENT_ENABLED: 'true',
-  AMBIENT_ENABLEMENT_SELECTOR: CHART_SELECTORS,
-  AMBIENT_DNS_CAPTURE: 'true',
-  AMBIENT_IPV6: 'true',
-  AMBIENT_RECONCILE_POD_RULES_ON_STARTUP: 'true',
-  ENABLE_AMBIENT_DETECTION_RETRY: 'false',
-  ISTIO_OWNED_CNI_CONFIG: 'false',
-  CHAINED_CNI_PLUGIN: 'true',
-  EXCLUDE_NAMESPACES: 'kube-system',
-  REPAIR_ENABLED: 'true',
-  REPAIR_LABEL_PODS: 'false',
-  REPAIR_DELETE_PODS: 'false',
-  REPAIR_REPAIR_PODS: 'true',
-  REPAIR_INIT_CONTAINER_NAME: 'istio-validation',
-  REPAIR_BROKEN_POD_LABEL_KEY: 'cni.istio.io/uninitialized',
-  REPAIR_BROKEN_POD_LABEL_VALUE: 'true',
-  NATIVE_NFTABLES: 'false',
-  REPAIR_NODE_NAME: 'node-1',
-  REPAIR_RUN_AS_DAEMON: 'true',
-  REPAIR_SIDECAR_ANNOTATION: 'sidecar.istio.io/status',
-  ALLOW_SWITCH_TO_HOST_NS: 'true',
-  NODE_NAME: 'node-1',
-  GOMEMLIMIT: '1073741824',
-  POD_NAME: 'istio-cni-node-smoke',
-  POD_NAMESPACE: 'istio-system',
-};
+// The chart's default values with ambient on (test/helpers/istio-chart-env.ts).
+const CHART_ENV = istioChartEnv({ POD_NAME: 'istio-cni-node-smoke' });
 
 const PRIMARY = {
   cniVersion: '1.0.0',

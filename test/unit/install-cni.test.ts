@@ -7,6 +7,7 @@ import { commandLine, main } from '../../src/cli/main.js';
 import { UsageError } from '../../src/util/usage-error.js';
 import { applyOutputLevels, uniformLevels } from '../../src/ops/log-levels.js';
 import { createLogger, scopeLogger, type LogFormat } from '../../src/ops/log.js';
+import { istioChartEnv } from '../helpers/istio-chart-env.js';
 
 describe('install-cni arguments', () => {
   it("translates Istio's flags in pflag's forms and passes run's flags through", () => {
@@ -49,39 +50,14 @@ describe('install-cni arguments', () => {
 });
 
 describe("Istio's chart environment", () => {
-  // manifests/charts/istio-cni at 86c9f01f: configmap-cni.yaml data (values.yaml defaults, ambient
-  // on) and daemonset.yaml env (fieldRefs as a node would fill them).
-  const CHART_ENV: Record<string, string> = {
+  // The chart's environment (test/helpers/istio-chart-env.ts) with an owned config and a named
+  // primary: the variables the chart renders only when they are set.
+  const CHART_ENV = istioChartEnv({
     CURRENT_AGENT_VERSION: '1.28.0',
-    AMBIENT_ENABLED: 'true',
-    AMBIENT_ENABLEMENT_SELECTOR:
-      '- podSelector:\n    matchLabels:\n      istio.io/dataplane-mode: ambient\n- namespaceSelector:\n    matchLabels:\n      istio.io/dataplane-mode: ambient\n  podSelector:\n    matchExpressions:\n    - key: istio.io/dataplane-mode\n      operator: NotIn\n      values:\n      - none\n',
-    AMBIENT_DNS_CAPTURE: 'true',
-    AMBIENT_IPV6: 'true',
-    AMBIENT_RECONCILE_POD_RULES_ON_STARTUP: 'true',
-    ENABLE_AMBIENT_DETECTION_RETRY: 'false',
     CNI_CONF_NAME: '10-calico.conflist',
     ISTIO_OWNED_CNI_CONFIG: 'true',
     ISTIO_OWNED_CNI_CONF_FILENAME: '',
-    CHAINED_CNI_PLUGIN: 'true',
-    EXCLUDE_NAMESPACES: 'kube-system',
-    REPAIR_ENABLED: 'true',
-    REPAIR_LABEL_PODS: 'false',
-    REPAIR_DELETE_PODS: 'false',
-    REPAIR_REPAIR_PODS: 'true',
-    REPAIR_INIT_CONTAINER_NAME: 'istio-validation',
-    REPAIR_BROKEN_POD_LABEL_KEY: 'cni.istio.io/uninitialized',
-    REPAIR_BROKEN_POD_LABEL_VALUE: 'true',
-    NATIVE_NFTABLES: 'false',
-    REPAIR_NODE_NAME: 'node-1',
-    REPAIR_RUN_AS_DAEMON: 'true',
-    REPAIR_SIDECAR_ANNOTATION: 'sidecar.istio.io/status',
-    ALLOW_SWITCH_TO_HOST_NS: 'true',
-    NODE_NAME: 'node-1',
-    GOMEMLIMIT: '1073741824',
-    POD_NAME: 'istio-cni-node-abcde',
-    POD_NAMESPACE: 'istio-system',
-  };
+  });
 
   it('every variable the chart sets is one the agent reads or one it accepts unused, with the reason', () => {
     const read = new Set(OPTIONS.map((o) => o.env));
