@@ -17,21 +17,10 @@ import { NftablesInpodRules } from '../../src/rules/nftables-manager.js';
 import { defaultRuleSettings, NO_OVERRIDES } from '../../src/rules/settings.js';
 import { projectRoot } from '../../src/project-root.js';
 import { createNetns, deleteNetns, execIn, ipIn, type TestNetns } from './netns.js';
+import { sleep } from './wait.js';
 
 const DRIVER = fileURLToPath(new URL('./cni-driver.mjs', import.meta.url));
 const DIST = join(projectRoot(import.meta.url), 'dist');
-
-export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-/** Polls `predicate` every `everyMs` until it holds; throws with `what` after `ms`. */
-export async function waitUntil(predicate: () => boolean | Promise<boolean>, ms: number, what: string, everyMs = 10): Promise<number> {
-  const started = Date.now();
-  for (;;) {
-    if (await predicate()) return Date.now() - started;
-    if (Date.now() - started > ms) throw new Error(`${what}: not within ${ms} ms`);
-    await sleep(everyMs);
-  }
-}
 
 /** DemoEnvironment's node namespace file. */
 export function demoNodeNetnsPath(env: DemoEnvironment): string {

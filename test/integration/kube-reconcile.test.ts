@@ -13,6 +13,7 @@ import { FakeNetAddon } from '../fakes/fake-net-addon.js';
 import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { kubeModeTestAgent, TEST_NODE } from '../helpers/kube-agent.js';
+import { waitUntil } from '../helpers/wait.js';
 
 const NODE = TEST_NODE;
 const REDIRECTION = 'ambient.istio.io/redirection';
@@ -26,14 +27,6 @@ function podObject(name: string): FakeObject {
     spec: { nodeName: NODE, serviceAccountName: 'sa', containers: [{ name: 'app', image: 'app' }] },
     status: { phase: 'Running', podIP: POD_IP, podIPs: [{ ip: POD_IP }] },
   } as FakeObject;
-}
-
-async function until(predicate: () => boolean, what: string, ms = 5000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 describe('Kubernetes mode: live reconciliation', () => {
@@ -59,8 +52,8 @@ describe('Kubernetes mode: live reconciliation', () => {
       kind: 'Namespace',
       metadata: { name: 'shop', labels: { 'istio.io/dataplane-mode': 'ambient' } },
     } as FakeObject);
-    await until(() => annotation(name) === 'enabled', `${name} enabled`);
-    await until(() => agent!.reconciler.status(`uid-${name}`)?.watched === true, `${name} watched`);
+    await waitUntil(() => annotation(name) === 'enabled', 5_000, `${name} enabled`);
+    await waitUntil(() => agent!.reconciler.status(`uid-${name}`)?.watched === true, 5_000, `${name} watched`);
   }
 
   beforeEach(async () => {
@@ -109,14 +102,14 @@ describe('Kubernetes mode: live reconciliation', () => {
     addon.failOn = (step, target) =>
       target === '/var/run/netns/web' && (step.op === 'nft' || step.op === 'nftBatch') ? new Error('EPERM: nft refused') : undefined;
     addon.notify('/var/run/netns/web');
-    await until(() => annotation('web') === 'pending', 'annotation pending');
+    await waitUntil(() => annotation('web') === 'pending', 5_000, 'annotation pending');
     expect(agent!.reconciler.status('uid-web')).toMatchObject({ failing: true });
     addon.failOn = () => undefined;
     // No new event: the backoff retry alone finds the rules in place again.
-    await until(() => annotation('web') === 'enabled', 'annotation enabled again', 8_000);
+    await waitUntil(() => annotation('web') === 'enabled', 8_000, 'annotation enabled again');
     // The controller's retry may re-enrol the pod (and annotate it) just before the reconciler's own
     // backoff check runs; that check then ends the failing episode (within the 2 s backoff cap).
-    await until(() => agent!.reconciler.status('uid-web')?.failing === false, 'reconciler no longer failing', 3_000);
+    await waitUntil(() => agent!.reconciler.status('uid-web')?.failing === false, 3_000, 'reconciler no longer failing');
     expect(ns.nftScripts.length).toBeGreaterThan(applied);
     const metrics = await (await fetch(`http://127.0.0.1:${agent!.metricsPort}/metrics`)).text();
     expect(metrics).toMatch(/ambient_node_agent_reconcile_checks_total\{scope="pod",result="failed"\} [1-9]/);
@@ -137,14 +130,15 @@ describe('Kubernetes mode: live reconciliation', () => {
     old.addresses = [];
     sandboxOf.set('uid-api', '/var/run/netns/api-2');
     addon.notify('/var/run/netns/api', { addresses: 1 });
-    await until(() => agent!.registry.netnsOf('uid-api')?.ino === fresh.ino, 're-enrolled with the new netns');
+    await waitUntil(() => agent!.registry.netnsOf('uid-api')?.ino === fresh.ino, 5_000, 're-enrolled with the new netns');
     expect(oldHandle.closed).toBe(true);
     expect(fresh.nftScripts).toHaveLength(1); // the rules went into the new netns
-    await until(
+    await waitUntil(
       () => ztunnel!.messages.filter((m) => m.kind === 'add' && m.uid === 'uid-api').length === addsBefore + 1,
+      5_000,
       'ztunnel got the new netns',
     );
-    await until(() => agent!.reconciler.status('uid-api')?.watched === true, 'the new netns is watched');
+    await waitUntil(() => agent!.reconciler.status('uid-api')?.watched === true, 5_000, 'the new netns is watched');
     expect(annotation('api')).toBe('enabled');
   });
 });

@@ -8,7 +8,8 @@ import type { NetnsHandle } from '../../src/addon/net-addon.js';
 import { CniRuntime } from '../../src/demo/cni-runtime.js';
 import { CNI_PLUGIN_DIR, demoPrerequisites, DemoEnvironment } from '../../src/demo/environment.js';
 import { projectRoot } from '../../src/project-root.js';
-import { agentRules, checkRules, cniRuntime, demoNodeNetnsPath, makePod, waitUntil, type FaultPod } from '../helpers/fault-env.js';
+import { agentRules, checkRules, cniRuntime, demoNodeNetnsPath, makePod, type FaultPod } from '../helpers/fault-env.js';
+import { waitUntil } from '../helpers/wait.js';
 import { deleteNetns, requirePrivilegedInCi } from '../helpers/netns.js';
 
 requirePrivilegedInCi();

@@ -22,9 +22,9 @@ import {
   prevResultOf,
   runOurPlugin,
   stateFileOf,
-  waitUntil,
   type FaultPod,
 } from '../helpers/fault-env.js';
+import { waitUntil } from '../helpers/wait.js';
 import { deleteNetns, requirePrivilegedInCi } from '../helpers/netns.js';
 
 requirePrivilegedInCi();

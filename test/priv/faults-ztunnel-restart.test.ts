@@ -16,11 +16,10 @@ import {
   prevResultOf,
   runCni,
   runOurPlugin,
-  sleep,
   stateFileOf,
-  waitUntil,
   type FaultPod,
 } from '../helpers/fault-env.js';
+import { sleep, waitUntil } from '../helpers/wait.js';
 import { deleteNetns, requirePrivilegedInCi } from '../helpers/netns.js';
 import { destroyTrafficClients, exchangeFrom, uniqueToken } from '../helpers/traffic.js';
 

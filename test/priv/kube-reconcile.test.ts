@@ -20,6 +20,7 @@ import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { kubeModeTestAgent, TEST_NODE } from '../helpers/kube-agent.js';
 import { createNetns, deleteNetns, execIn, ipIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
+import { waitUntil } from '../helpers/wait.js';
 
 requirePrivilegedInCi();
 const skip = privilegedSkipReason();
@@ -27,15 +28,6 @@ const run = promisify(execFile);
 const NODE = TEST_NODE;
 const POD_IP = '198.18.2.1';
 const REDIRECTION = 'ambient.istio.io/redirection';
-
-async function until(predicate: () => boolean | Promise<boolean>, what: string, ms = 5000): Promise<number> {
-  const start = Date.now();
-  while (!(await predicate())) {
-    if (Date.now() - start > ms) throw new Error(`timed out waiting for: ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  return Date.now() - start;
-}
 
 describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${skip ? ` — skipped: ${skip}` : ''}`, () => {
   const dir = mkdtempSync(join(tmpdir(), 'kube-reconcile-priv-'));
@@ -102,8 +94,8 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
       kind: 'Namespace',
       metadata: { name: 'shop', labels: { 'istio.io/dataplane-mode': 'ambient' } },
     } as FakeObject);
-    await until(() => annotation() === 'enabled', 'enrolled');
-    await until(() => agent.reconciler.status('uid-web')?.watched === true, 'watched');
+    await waitUntil(() => annotation() === 'enabled', 5_000, 'enrolled');
+    await waitUntil(() => agent.reconciler.status('uid-web')?.watched === true, 5_000, 'watched');
   }, 30_000);
 
   afterAll(async () => {
@@ -117,8 +109,8 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
   it('nft flush ruleset in the pod: repaired within 1 s, counted in the metrics and in /debug/pods; the annotation stays enabled', async () => {
     expect(hasRules(podNs)).toBe(true);
     await run('ip', ['netns', 'exec', podNs.name, 'nft', 'flush', 'ruleset']);
-    expect(await until(() => hasRules(podNs), 'rules back', 1_000)).toBeLessThan(1_000);
-    await until(() => agent.reconciler.status('uid-web')?.repairs === 1, 'repair counted');
+    expect(await waitUntil(() => hasRules(podNs), 1_000, 'rules back')).toBeLessThan(1_000);
+    await waitUntil(() => agent.reconciler.status('uid-web')?.repairs === 1, 5_000, 'repair counted');
     const metrics = await (await fetch(`http://127.0.0.1:${agent.metricsPort}/metrics`)).text();
     expect(metrics).toMatch(/ambient_node_agent_reconcile_repairs_total\{scope="pod",reason="nftables"\} 1/);
     expect(metrics).toMatch(/ambient_node_agent_reconcile_checks_total\{scope="pod",result="repaired"\} 1/);
@@ -137,7 +129,7 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
     const owner = spawn('ip', ['netns', 'exec', podNs.name, 'nft', '-i'], { stdio: ['pipe', 'ignore', 'ignore'] });
     try {
       owner.stdin.write('flush ruleset; add table inet istio-ambient-nat { flags owner ; }\n'); // one line: one transaction
-      await until(() => annotation() === 'pending', 'annotation pending', 3_000);
+      await waitUntil(() => annotation() === 'pending', 3_000, 'annotation pending');
       expect(agent.reconciler.status('uid-web')).toMatchObject({ failing: true });
       const metrics = await (await fetch(`http://127.0.0.1:${agent.metricsPort}/metrics`)).text();
       expect(metrics).toMatch(/ambient_node_agent_reconcile_checks_total\{scope="pod",result="failed"\} [1-9]/);
@@ -146,12 +138,12 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
       owner.kill();
     }
     // The owner's table goes with it; the next attempt (at most 2 s of backoff away) succeeds.
-    await until(() => annotation() === 'enabled', 'annotation enabled again', 6_000);
+    await waitUntil(() => annotation() === 'enabled', 6_000, 'annotation enabled again');
     expect(hasRules(podNs)).toBe(true);
     expect(execIn(podNs.name, ['nft', 'list', 'ruleset'])).not.toContain('flags owner'); // ours, not the owner's
     // The controller's retry may re-enrol the pod just before the reconciler's own backoff check,
     // which then ends the failing episode.
-    await until(() => agent.reconciler.status('uid-web')?.failing === false, 'reconciler no longer failing', 3_000);
+    await waitUntil(() => agent.reconciler.status('uid-web')?.failing === false, 3_000, 'reconciler no longer failing');
   });
 
   it('a re-created sandbox (pod IP now in a new netns) is re-enrolled with the new netns; the old handle is released', async () => {
@@ -165,14 +157,15 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
     const freshIno = agent.addon.openNetns(fresh.path);
     const ino = freshIno.ino;
     freshIno.close();
-    await until(() => agent.registry.netnsOf('uid-web')?.ino === ino, 're-enrolled with the new netns');
+    await waitUntil(() => agent.registry.netnsOf('uid-web')?.ino === ino, 5_000, 're-enrolled with the new netns');
     expect(oldHandle.closed).toBe(true);
     expect(hasRules(fresh)).toBe(true);
-    await until(
+    await waitUntil(
       () => ztunnel.messages.filter((m) => m.kind === 'add' && m.uid === 'uid-web').length === addsBefore + 1,
+      5_000,
       'ztunnel got the new netns',
     );
-    await until(() => agent.reconciler.status('uid-web')?.watched === true, 'the new netns watched');
+    await waitUntil(() => agent.reconciler.status('uid-web')?.watched === true, 5_000, 'the new netns watched');
     expect(annotation()).toBe('enabled');
   });
 });

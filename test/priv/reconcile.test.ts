@@ -26,6 +26,7 @@ import { defaultRuleSettings, NO_OVERRIDES } from '../../src/rules/settings.js';
 import { PodRegistry } from '../../src/zds/registry.js';
 import { createNetns, deleteNetns, execIn, ipIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
 import { destroyTrafficClients, exchangeFrom, TrafficServer, uniqueToken } from '../helpers/traffic.js';
+import { waitUntil } from '../helpers/wait.js';
 
 requirePrivilegedInCi();
 const skip = privilegedSkipReason();
@@ -35,16 +36,6 @@ const POD_IP = '198.18.1.1';
 const PEER_IP = '198.18.1.2';
 const APP_PORT = 8080;
 const settings = defaultRuleSettings({ ipv6: false, dnsCapture: true });
-
-/** Polls `probe` until it returns true; the elapsed milliseconds, or a failure after `ms`. */
-async function within(ms: number, what: string, probe: () => boolean | Promise<boolean>): Promise<number> {
-  const start = Date.now();
-  for (;;) {
-    if (await probe()) return Date.now() - start;
-    if (Date.now() - start > ms) throw new Error(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 const nullSink = { podAdded: async () => undefined, podDeleted: async () => undefined };
 
@@ -69,7 +60,7 @@ describe.skipIf(skip)(`live reconciliation in real namespaces${skip ? ` — skip
     const handle = addon.openNetns(ns.path);
     await rules.apply(handle, NO_OVERRIDES);
     registry.adopt({ uid, name: uid, namespace: 'test', serviceAccount: 'default' }, handle);
-    await within(2_000, `${uid} watched`, () => reconciler.status(uid)?.watched === true);
+    await waitUntil(() => reconciler.status(uid)?.watched === true, 2_000, `${uid} watched`);
     return handle;
   }
 
@@ -145,16 +136,16 @@ describe.skipIf(skip)(`live reconciliation in real namespaces${skip ? ` — skip
 
   it('control: the enrolled pod is captured and verified without a repair', async () => {
     await expectCaptured('control');
-    await within(2_000, 'first check', () => reconciler.status('uid-pod')?.lastVerified !== null);
+    await waitUntil(() => reconciler.status('uid-pod')?.lastVerified !== null, 2_000, 'first check');
     expect(reconciler.status('uid-pod')).toMatchObject({ repairs: 0, watched: true, failing: false });
   });
 
   it('nft flush ruleset inside the pod: the rules are back within 1 s and traffic is captured again', async () => {
     const before = repairs('pod');
     await run('ip', ['netns', 'exec', podNs.name, 'nft', 'flush', 'ruleset']);
-    const ms = await within(1_000, 'rules back', () => hasIstioTables(podNs));
+    const ms = await waitUntil(() => hasIstioTables(podNs), 1_000, 'rules back');
     expect(ms).toBeLessThan(1_000);
-    await within(1_000, 'repair counted', () => repairs('pod') === before + 1);
+    await waitUntil(() => repairs('pod') === before + 1, 1_000, 'repair counted');
     await expectCaptured('after-flush');
     expect(reconciler.status('uid-pod')?.repairs).toBe(1);
   });
@@ -163,7 +154,7 @@ describe.skipIf(skip)(`live reconciliation in real namespaces${skip ? ` — skip
     const rule = (): boolean => execIn(podNs.name, ['ip', 'rule', 'list']).includes(`${IP_RULE_PRIORITY}:`);
     expect(rule()).toBe(true);
     await run('ip', ['netns', 'exec', podNs.name, 'ip', 'rule', 'del', 'priority', String(IP_RULE_PRIORITY)]);
-    await within(1_000, 'ip rule back', rule);
+    await waitUntil(rule, 1_000, 'ip rule back');
     await expectCaptured('after-rule');
   });
 
@@ -185,7 +176,7 @@ describe.skipIf(skip)(`live reconciliation in real namespaces${skip ? ` — skip
       'table',
       String(ROUTE_TABLE_INBOUND),
     ]);
-    await within(1_000, 'route back', route);
+    await waitUntil(route, 1_000, 'route back');
     await expectCaptured('after-route');
   });
 
@@ -193,7 +184,7 @@ describe.skipIf(skip)(`live reconciliation in real namespaces${skip ? ` — skip
     const neighbourNs = createNetns('rnb');
     namespaces.push(neighbourNs);
     handles.push(await enrol(neighbourNs, 'uid-neighbour'));
-    await within(2_000, 'neighbour checked', () => reconciler.status('uid-neighbour')?.lastVerified !== null);
+    await waitUntil(() => reconciler.status('uid-neighbour')?.lastVerified !== null, 2_000, 'neighbour checked');
     const podRepairsBefore = reconciler.status('uid-pod')!.repairs;
     const cpuBefore = process.cpuUsage();
     const started = Date.now();
@@ -206,7 +197,7 @@ describe.skipIf(skip)(`live reconciliation in real namespaces${skip ? ` — skip
     // This process (reconciler + test) used well under one core while being provoked.
     expect((cpu.user + cpu.system) / 1000 / flushingMs).toBeLessThan(0.5);
     // Repaired within the 2 s cap (plus the check itself) after the flushing stopped.
-    await within(2_500, 'repaired after the flushing stopped', () => hasIstioTables(podNs));
+    await waitUntil(() => hasIstioTables(podNs), 2_500, 'repaired after the flushing stopped');
     await expectCaptured('after-100');
     expect(reconciler.status('uid-neighbour')).toMatchObject({ repairs: 0, failing: false });
     expect(hasIstioTables(neighbourNs)).toBe(true);
@@ -224,13 +215,13 @@ describe.skipIf(skip)(`live reconciliation in real namespaces${skip ? ` — skip
     reconciler.add(
       hostTarget({ netns: hostNetns, nftTables: ['istio-ambient-nat'], verify: () => host.verify(), repair: () => host.repair(enrolled) }),
     );
-    await within(2_000, 'host first check', () => reconciler.status('host')?.lastVerified !== null);
+    await waitUntil(() => reconciler.status('host')?.lastVerified !== null, 2_000, 'host first check');
     // Another agent's table (kube-proxy, a CNI) changing in the node netns is not an event for us.
     const checksBefore = counts.checks;
     for (let i = 0; i < 5; i++) await run('ip', ['netns', 'exec', node.name, 'nft', `add table inet other-agent-${i}`]);
     await new Promise((r) => setTimeout(r, 300));
     expect(counts.checks).toBe(checksBefore);
-    await within(2_000, 'host watched', () => reconciler.status('host')?.watched === true);
+    await waitUntil(() => reconciler.status('host')?.watched === true, 2_000, 'host watched');
     const before = repairs('host');
     const complete = (): boolean => {
       const text = nftIn(node);
@@ -244,8 +235,8 @@ describe.skipIf(skip)(`live reconciliation in real namespaces${skip ? ` — skip
     expect(complete()).toBe(true);
     await run('ip', ['netns', 'exec', node.name, 'nft', 'flush', 'ruleset']);
     expect(complete()).toBe(false);
-    await within(1_000, 'host rules back', complete);
-    await within(1_000, 'host repair counted', () => repairs('host') === before + 1);
+    await waitUntil(complete, 1_000, 'host rules back');
+    await waitUntil(() => repairs('host') === before + 1, 1_000, 'host repair counted');
     reconciler.remove('host');
   });
 });
