@@ -2,7 +2,9 @@
 // with the demo's CniRuntime. It must not run in the bench process: the ztunnel stand-in lives
 // there and needs the addon's small netns thread pool to bind each pod's listeners before it
 // acks, while each in-flight plugin exec holds one of those threads until that ack arrives (a
-// deadlock until the 5 s ZDS timeout). Here the plugin execs get their own process and pool.
+// deadlock until the 5 s ZDS timeout). Here the plugin execs get their own process and pool,
+// with a thread per ADD (ANA_NETNS_THREADS, set by BenchPods.addConcurrently): every plugin is
+// posix_spawn'd at once, as a runtime execs them (Go's os/exec: clone(CLONE_VM|CLONE_VFORK)).
 // Input (stdin, JSON): { nodeNetns, pluginDirs, conflist, pods: CniPod[], earlierResults? }
 // (earlierResults[i]: pod i's prevResult, for a conflist that holds only the istio-cni entry).
 // Output (stdout, JSON): { wallMs, results: Array<{ ms: number } | { error: string }> }.

@@ -71,7 +71,12 @@ export class BenchPods {
       input.earlierResults = pods.map((_, i) => fakeBridgeResult(i));
     }
     const script = join(dirname(fileURLToPath(import.meta.url)), 'node-cni-driver.js');
-    const child = spawn(process.execPath, [script], { stdio: ['pipe', 'pipe', 'pipe'] });
+    // A thread per plugin exec (it holds one until the plugin exits): every ADD of the burst at once.
+    const threads = String(Math.min(256, pods.length + 4));
+    const child = spawn(process.execPath, [script], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: { ...process.env, ANA_NETNS_THREADS: threads },
+    });
     for (const pod of pods) pod.added = true;
     let stdout = '';
     let stderr = '';

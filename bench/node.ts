@@ -407,11 +407,12 @@ function report(r: Results): { markdown: string; last: string[] } {
     `## Method`,
     ``,
     `- each pod: \`ip netns add\` + lo up (untimed), then the timed CNI runtime ADD exactly as DemoEnvironment.createPod runs it (same CniRuntime, node netns, plugin dirs, chained conflist), without the demo's echo app; every plugin exec'd through the addon's exec step in the node netns`,
+    "- the agent's run dir (per-pod state files, the plugin socket) is a tmpfs, as on a node, where Istio's chart mounts the host's /var/run/istio-cni and /var/run is a tmpfs",
     `- ZDS: the agent's ZDS socket is served to the native peer (native/zds_peer; the demo keeps its Node stand-in); per add it fstat()s the netns fd, enters the netns on a worker thread, binds 15001/15006/15008 (IP_TRANSPARENT) and 15053 TCP+UDP with mark 0x539 and SO_REUSEPORT, and acks`,
     `- agent share: /metrics scraped before and after each sequential ADD; the histogram's _sum delta is that one ADD as the plugin-event server timed it (netns, rules, state file, ZDS ack)`,
     `- restart: \`stopAgent('SIGKILL')\`, then \`startAgent()\`; polled every 5 ms; "total" = max(/readyz, full snapshot at the peer); the peer reconnects with backoff (20 ms doubling, max 1 s)`,
-    `- burst: the ${BURST} ADDs run concurrently from a separate runtime process (bench/node-cni-driver.ts); wall time from the first ADD until the last returned; "istio-cni entry alone" runs only our entry of the chained conflist with the prevResult bridge + host-local would have passed (the part of the chain this project owns); "full chain" adds bridge + host-local`,
-    `- ztunnel restart (bench/ztunnel-restart.ts): ${r.ztunnelRestart?.[0]?.pods ?? 'N'} concurrent ADDs (full chain, then the istio-cni entry alone) with a healthy native ZDS peer, then the same with the peer stopped just before they start and a new one started BENCH_ZTUNNEL_GAP_MS (default 1000) after the first of them reached the agent; added latency = restart run minus healthy run (p50 and max per-pod ADD, as the runtime sees it); the full chain runs from the driver process (4 plugin execs at a time), so ADDs still queued there when the new peer is up do not wait; the istio-cni entry alone is exec'd for all pods at once from this process (it touches no netns), so all of them wait`,
+    `- burst: the ${BURST} ADDs run concurrently from a separate runtime process (bench/node-cni-driver.ts); wall time from the first ADD until the last returned; "istio-cni entry alone" runs only our entry of the chained conflist with the prevResult bridge + host-local would have passed (the part of the chain this project owns); the driver posix_spawns every plugin at once from a thread per ADD in the node netns (ANA_NETNS_THREADS), as a runtime execs them; "full chain" adds bridge + host-local`,
+    `- ztunnel restart (bench/ztunnel-restart.ts): ${r.ztunnelRestart?.[0]?.pods ?? 'N'} concurrent ADDs (full chain, then the istio-cni entry alone) with a healthy native ZDS peer, then the same with the peer stopped just before they start and a new one started BENCH_ZTUNNEL_GAP_MS (default 1000) after the first of them reached the agent; added latency = restart run minus healthy run (p50 and max per-pod ADD, as the runtime sees it); the full chain runs from the driver process (every ADD at once, each plugin posix_spawn'd in the node netns); the istio-cni entry alone is exec'd for all pods at once from this process (it touches no netns); ADDs that reach the agent in the gap wait for the new peer`,
     `- baseline: fresh namespace per sample; Istio's sequences as bench/istio-sequences.ts runs them (one addon job in the pod netns, processes posix_spawn'd from the worker thread inside it, routing one netlink request per change), then the ZDS add over a ZDS server of the bench's own (this project's server code) to a second native peer and its ack, sequentially, as Istio's AddPodToMesh orders them; interleaved round-robin with the single-exec rows and our in-process row`,
     ...r.notes.map((n) => `- ${n}`),
   ];
@@ -483,7 +484,7 @@ async function main(): Promise<void> {
   };
   const only = readPhases();
   const wanted = (name: string): boolean => only === undefined || only.has(name);
-  const env = new DemoEnvironment({ subnet: 177, agentNodeArgs: readAgentNodeArgs(), ztunnel: 'external' });
+  const env = new DemoEnvironment({ subnet: 177, agentNodeArgs: readAgentNodeArgs(), ztunnel: 'external', runDirOnTmpfs: true });
   let peer: NativeZdsPeer | undefined;
   const pool = new NetnsPool();
   let pods: BenchPods | undefined;
@@ -524,17 +525,7 @@ async function main(): Promise<void> {
     let metricsPort: number | undefined;
     if (pid !== undefined) {
       r.agentPid = pid;
-      for (const port of listeningPorts(pid).filter((p) => p !== env.healthPort)) {
-        if (
-          await scrapeOnboarding(port).then(
-            () => true,
-            () => false,
-          )
-        ) {
-          metricsPort = port;
-          break;
-        }
-      }
+      metricsPort = await findMetricsPort(pid, env.healthPort);
       if (metricsPort === undefined) r.notes.push('agent metrics port not found: agent share n/a');
       await new Promise((res) => setTimeout(res, 500));
       r.idle = footprint(pid);
@@ -608,7 +599,10 @@ async function main(): Promise<void> {
     );
     await phase('ztunnel-restart', async () => {
       let current = zdsPeer;
-      r.ztunnelRestart = await ztunnelRestartPhase(env, bp, metricsPort, {
+      // The agent restarted above: its metrics port is a new one.
+      const restartedPid = env.agentPid;
+      const port = restartedPid === undefined ? undefined : await findMetricsPort(restartedPid, env.healthPort);
+      r.ztunnelRestart = await ztunnelRestartPhase(env, bp, port, {
         stop: () => current.stop(),
         start: async () => {
           current = NativeZdsPeer.start(env.zdsSocket);
@@ -629,6 +623,18 @@ async function main(): Promise<void> {
   console.log(markdown);
   console.log('');
   console.log([...earlierLines(), ...last].join('\n')); // every target line of `npm run bench`, last
+}
+
+/** The agent's metrics port (it listens on an ephemeral one in the bench): the port whose /metrics has the onboarding histogram. */
+async function findMetricsPort(pid: number, healthPort: number): Promise<number | undefined> {
+  for (const port of listeningPorts(pid).filter((p) => p !== healthPort)) {
+    const ok = await scrapeOnboarding(port).then(
+      () => true,
+      () => false,
+    );
+    if (ok) return port;
+  }
+  return undefined;
 }
 
 main().catch((err: unknown) => {

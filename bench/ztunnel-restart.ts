@@ -26,9 +26,8 @@ export type ChainPart = 'chain' | 'istio-cni';
 
 export interface ZtunnelRestartResult {
   /**
-   * The full chain (the runtime process runs at most 4 plugin execs at a time: its addon's netns
-   * threads), or our plugin alone, exec'd directly for every pod at once (it touches no netns),
-   * so every ADD is in the agent during the gap.
+   * The full chain (the runtime process runs every ADD at once, a netns thread per plugin exec),
+   * or our plugin alone, exec'd directly for every pod at once (it touches no netns).
    */
   only: ChainPart;
   pods: number;
@@ -185,16 +184,22 @@ async function ztunnelRestart(
   await pods.removeAll();
 
   const batch = await prepare(pods, n);
-  const before = metricsPort !== undefined ? await scrapeWaits(metricsPort) : undefined;
-  await ztunnel.stop(); // ztunnel's pod is gone: its connection closes
-  const adding = adds(env, pods, batch, only);
-  await firstArrival(env, batch, adding);
-  await new Promise((r) => setTimeout(r, gapMs));
-  const back = ztunnel.start();
-  const restart = outcome(await adding);
-  await back;
-  const after = metricsPort !== undefined ? await scrapeWaits(metricsPort) : undefined;
-  await pods.removeAll();
+  let before: Awaited<ReturnType<typeof scrapeWaits>> | undefined;
+  let after: typeof before;
+  let restart: ReturnType<typeof outcome>;
+  try {
+    before = metricsPort !== undefined ? await scrapeWaits(metricsPort) : undefined;
+    await ztunnel.stop(); // ztunnel's pod is gone: its connection closes
+    const adding = adds(env, pods, batch, only);
+    await firstArrival(env, batch, adding);
+    await new Promise((r) => setTimeout(r, gapMs));
+    const back = ztunnel.start();
+    restart = outcome(await adding);
+    await back;
+    after = metricsPort !== undefined ? await scrapeWaits(metricsPort) : undefined;
+  } finally {
+    await pods.removeAll(); // a failed run must not leave its pods' namespaces behind
+  }
 
   const count = before && after ? after.enrolled.count - before.enrolled.count + (after.failed.count - before.failed.count) : NaN;
   const sum = before && after ? after.enrolled.sum - before.enrolled.sum + (after.failed.sum - before.failed.sum) : NaN;
@@ -229,8 +234,7 @@ export function ztunnelRestartRows(
 }
 
 function rowsOf(z: ZtunnelRestartResult, f: (x: number | undefined, d?: number) => string): string[] {
-  const label =
-    z.only === 'chain' ? 'ztunnel restart (full chain, 4 execs at a time)' : 'ztunnel restart (istio-cni entry alone, all at once)';
+  const label = z.only === 'chain' ? 'ztunnel restart (full chain, all at once)' : 'ztunnel restart (istio-cni entry alone, all at once)';
   const added = z.restart.perPod ? z.restart.perPod.p50 - z.healthy.perPod.p50 : undefined;
   const addedMax = z.restart.perPod ? z.restart.perPod.max - z.healthy.perPod.max : undefined;
   return [

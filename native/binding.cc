@@ -19,10 +19,24 @@ extern char** environ;
 #include "seqpacket.h"
 #include "steps.h"
 
+#include <stdlib.h>
+
 namespace ana {
 namespace {
 
 constexpr unsigned kWorkerThreads = 4;
+constexpr unsigned kMaxWorkerThreads = 256;
+
+// ANA_NETNS_THREADS: the pool size for a process whose jobs block for long (the node benchmark's
+// CNI driver holds a thread per plugin exec until the plugin exits); the agent keeps the default.
+unsigned WorkerThreads() {
+  const char* raw = getenv("ANA_NETNS_THREADS");
+  if (!raw || !*raw) return kWorkerThreads;
+  char* end = nullptr;
+  unsigned long n = strtoul(raw, &end, 10);
+  if (*end != '\0' || n < 1 || n > kMaxWorkerThreads) return kWorkerThreads;
+  return static_cast<unsigned>(n);
+}
 
 Napi::Error ToJsError(Napi::Env env, const SysError& e) {
   std::string code = uv_err_name(-e.errnum);
@@ -42,34 +56,66 @@ struct AddonState {
   std::unique_ptr<NetnsExecutor> executor;
   SysError executor_error;
   Napi::ThreadSafeFunction tsfn;
-  size_t pending = 0;  // jobs in flight; the loop is kept alive only while this is non-zero
+  size_t pending = 0;  // segments not settled yet; the loop is kept alive only while this is non-zero
   bool closing = false;
 };
 
-class StepsJob : public NetnsJob {
- public:
-  StepsJob(Napi::Env env, AddonState* state) : deferred(Napi::Promise::Deferred::New(env)), state(state) {}
-
-  void RunInside() override { ok = RunSteps(steps, &results, &failed_step, &error); }
-
-  void Complete(std::unique_ptr<NetnsJob> self) override {
-    auto* job = static_cast<StepsJob*>(self.release());
-    napi_status status = state->tsfn.NonBlockingCall(job, [](Napi::Env env, Napi::Function, StepsJob* j) {
-      std::unique_ptr<StepsJob> owned(j);
-      owned->Settle(env);
-    });
-    if (status != napi_ok) delete job;  // the environment is going away; nobody is waiting
-  }
-
-  void Settle(Napi::Env env);
+// One segment of a netns visit: its own steps, results and promise. A segment stops at its
+// first failing step; the other segments of the visit run regardless.
+struct Segment {
+  explicit Segment(Napi::Env env) : deferred(Napi::Promise::Deferred::New(env)) {}
+  void Settle(Napi::Env env, const SysError& enter_error);
 
   Napi::Promise::Deferred deferred;
-  AddonState* state;
   std::vector<Step> steps;
   std::vector<StepResult> results;
   size_t failed_step = 0;
   SysError error;
   bool ok = false;
+};
+
+// Step lists for one namespace, run in one visit (one setns there and back). Every segment but
+// the last is settled as soon as it is done, from inside the namespace: a caller waiting on an
+// early segment (lo up before ztunnel is told) does not wait for the later ones.
+class VisitJob : public NetnsJob {
+ public:
+  explicit VisitJob(AddonState* state) : state_(state) {}
+
+  void RunInside() override {
+    for (size_t i = 0; i < segments.size(); i++) {
+      Segment* s = segments[i].get();
+      s->ok = RunSteps(s->steps, &s->results, &s->failed_step, &s->error);
+      if (i + 1 < segments.size()) Post(state_, std::move(segments[i]), SysError());
+    }
+  }
+
+  void Complete(std::unique_ptr<NetnsJob> self) override {
+    for (auto& s : segments) {
+      if (s) Post(state_, std::move(s), enter_error);
+    }
+    self.reset();
+  }
+
+  std::vector<std::unique_ptr<Segment>> segments;
+
+ private:
+  struct Settlement {
+    AddonState* state;
+    std::unique_ptr<Segment> segment;
+    SysError enter_error;
+  };
+
+  static void Post(AddonState* state, std::unique_ptr<Segment> segment, const SysError& enter_error) {
+    auto* settlement = new Settlement{state, std::move(segment), enter_error};
+    napi_status status = state->tsfn.NonBlockingCall(settlement, [](Napi::Env env, Napi::Function, Settlement* p) {
+      std::unique_ptr<Settlement> owned(p);
+      if (--owned->state->pending == 0 && !owned->state->closing) owned->state->tsfn.Unref(env);
+      owned->segment->Settle(env, owned->enter_error);
+    });
+    if (status != napi_ok) delete settlement;  // the environment is going away; nobody is waiting
+  }
+
+  AddonState* state_;
 };
 
 Napi::Object RuleToJs(Napi::Env env, const FwmarkRule& r) {
@@ -179,9 +225,8 @@ Napi::Object ResultToJs(Napi::Env env, const Step& step, const StepResult& r) {
   return o;
 }
 
-void StepsJob::Settle(Napi::Env env) {
+void Segment::Settle(Napi::Env env, const SysError& enter_error) {
   Napi::HandleScope scope(env);
-  if (--state->pending == 0 && !state->closing) state->tsfn.Unref(env);
   if (enter_error) {
     Napi::Error err = ToJsError(env, enter_error);
     err.Set("step", Napi::Number::New(env, -1));
@@ -492,18 +537,32 @@ Napi::Value CloseFdJs(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-std::unique_ptr<StepsJob> MakeJob(const Napi::CallbackInfo& info, AddonState* state) {
+std::unique_ptr<Segment> ParseSegment(Napi::Env env, const Napi::Value& value) {
+  if (!value.IsArray()) throw Napi::TypeError::New(env, "runInNetns: steps must be an array");
+  auto segment = std::make_unique<Segment>(env);
+  Napi::Array steps = value.As<Napi::Array>();
+  for (uint32_t i = 0; i < steps.Length(); i++) {
+    Napi::Value v = steps.Get(i);
+    if (!v.IsObject()) throw Napi::TypeError::New(env, "runInNetns: every step must be an object");
+    segment->steps.push_back(ParseStep(v.As<Napi::Object>()));
+  }
+  return segment;
+}
+
+// (fd|null, segments, options): `segments` is one step list, or (visit) an array of them.
+std::unique_ptr<VisitJob> MakeJob(const Napi::CallbackInfo& info, AddonState* state, bool visit) {
   Napi::Env env = info.Env();
   if (!info[0].IsNumber() && !info[0].IsNull()) {
     throw Napi::TypeError::New(env, "runInNetns(fd|null, steps): fd must be a number or null");
   }
   if (!info[1].IsArray()) throw Napi::TypeError::New(env, "runInNetns(fd|null, steps): steps must be an array");
-  auto job = std::make_unique<StepsJob>(env, state);
-  Napi::Array steps = info[1].As<Napi::Array>();
-  for (uint32_t i = 0; i < steps.Length(); i++) {
-    Napi::Value v = steps.Get(i);
-    if (!v.IsObject()) throw Napi::TypeError::New(env, "runInNetns: every step must be an object");
-    job->steps.push_back(ParseStep(v.As<Napi::Object>()));
+  auto job = std::make_unique<VisitJob>(state);
+  if (visit) {
+    Napi::Array segments = info[1].As<Napi::Array>();
+    if (segments.Length() == 0) throw Napi::TypeError::New(env, "visitNetns: at least one step list");
+    for (uint32_t i = 0; i < segments.Length(); i++) job->segments.push_back(ParseSegment(env, segments.Get(i)));
+  } else {
+    job->segments.push_back(ParseSegment(env, info[1]));
   }
   if (info[2].IsObject()) job->poison_return = GetBoolOr(info[2].As<Napi::Object>(), "poisonReturn", false);
   if (info[0].IsNumber()) {
@@ -514,16 +573,22 @@ std::unique_ptr<StepsJob> MakeJob(const Napi::CallbackInfo& info, AddonState* st
   return job;
 }
 
-Napi::Value RunInNetnsJs(const Napi::CallbackInfo& info) {
+// Returns the segments' promises (runInNetns: the one promise).
+Napi::Value SubmitJob(const Napi::CallbackInfo& info, bool visit) {
   Napi::Env env = info.Env();
   AddonState* state = State(env);
   if (!state->executor || state->executor_error) throw ToJsError(env, state->executor_error);
-  std::unique_ptr<StepsJob> job = MakeJob(info, state);
-  Napi::Promise promise = job->deferred.Promise();
-  if (state->pending++ == 0) state->tsfn.Ref(env);
+  std::unique_ptr<VisitJob> job = MakeJob(info, state, visit);
+  Napi::Array promises = Napi::Array::New(env, job->segments.size());
+  for (size_t i = 0; i < job->segments.size(); i++) promises.Set(i, job->segments[i]->deferred.Promise());
+  if (state->pending == 0) state->tsfn.Ref(env);
+  state->pending += job->segments.size();
   state->executor->Submit(std::move(job));
-  return promise;
+  return visit ? Napi::Value(promises) : promises.Get(0u);
 }
+
+Napi::Value RunInNetnsJs(const Napi::CallbackInfo& info) { return SubmitJob(info, false); }
+Napi::Value VisitNetnsJs(const Napi::CallbackInfo& info) { return SubmitJob(info, true); }
 
 Napi::Value WarmUpJs(const Napi::CallbackInfo& info) {
   NftRunner::WarmUp();
@@ -668,7 +733,7 @@ void Cleanup(void* arg) {
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   auto* state = new AddonState();
-  state->executor = std::make_unique<NetnsExecutor>(kWorkerThreads, &state->executor_error);
+  state->executor = std::make_unique<NetnsExecutor>(WorkerThreads(), &state->executor_error);
   Napi::Function noop = Napi::Function::New(env, [](const Napi::CallbackInfo&) {});
   state->tsfn = Napi::ThreadSafeFunction::New(env, noop, "ambient-netns", 0, 1);
   state->tsfn.Unref(env);
@@ -678,6 +743,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("openNetns", Napi::Function::New(env, OpenNetnsJs, "openNetns"));
   exports.Set("closeFd", Napi::Function::New(env, CloseFdJs, "closeFd"));
   exports.Set("runInNetns", Napi::Function::New(env, RunInNetnsJs, "runInNetns"));
+  exports.Set("visitNetns", Napi::Function::New(env, VisitNetnsJs, "visitNetns"));
   exports.Set("warmUp", Napi::Function::New(env, WarmUpJs, "warmUp"));
   exports.Set("executorStats", Napi::Function::New(env, ExecutorStatsJs, "executorStats"));
   exports.Set("seqpacketListen", Napi::Function::New(env, SeqpacketListenJs, "seqpacketListen"));

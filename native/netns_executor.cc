@@ -1,5 +1,8 @@
 #include "netns_executor.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -103,10 +106,22 @@ bool NetnsExecutor::RunJob(NetnsJob* job) {
   return ReturnHome(&err);
 }
 
+// SCHED_BATCH: a worker woken by the JS thread never preempts it (the kernel skips wakeup
+// preemption for batch threads), while the JS thread, woken by a worker's early result, still
+// preempts the worker. The event loop coordinates every pod (it tells ztunnel the moment lo is
+// up); it must not sit behind a netns visit on its own CPU while the other one idles. Best
+// effort: the policy only lowers our own priority, so it needs no capability.
+void NetnsExecutor::YieldToEventLoop() {
+  sched_param param{};
+  param.sched_priority = 0;
+  pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
+}
+
 void NetnsExecutor::WorkerMain() {
   // A worker that cannot even reach home at birth is not replaced: that would loop forever.
   SysError birth;
   if (!ReturnHome(&birth)) return RetireUnborn(birth);
+  YieldToEventLoop();
   bool healthy = true;
   while (healthy) {
     std::unique_ptr<NetnsJob> job = NextJob();

@@ -59,6 +59,7 @@ class NetnsExecutor {
  private:
   void StartWorkerLocked();
   void WorkerMain();
+  static void YieldToEventLoop();
   std::unique_ptr<NetnsJob> NextJob();
   bool RunJob(NetnsJob* job);
   bool ReturnHome(SysError* err);

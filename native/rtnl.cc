@@ -19,7 +19,13 @@ namespace {
 
 constexpr size_t kBufSize = 32768;  // MNL_SOCKET_BUFFER_SIZE is page-sized; dumps need room
 
+// Every namespace's loopback device is registered first, with the kernel's fixed
+// LOOPBACK_IFINDEX (include/net/flow.h): no SIOCGIFINDEX round trip (a socket, an ioctl and a
+// close) for the device every in-pod step is about.
+constexpr int kLoopbackIfindex = 1;
+
 int Ifindex(const std::string& dev, SysError* err) {
+  if (dev == "lo") return kLoopbackIfindex;
   unsigned idx = if_nametoindex(dev.c_str());
   if (idx == 0) *err = SysError::FromErrno(errno ? errno : ENODEV, "if_nametoindex", dev);
   return static_cast<int>(idx);

@@ -49,6 +49,8 @@ export interface RawAddon {
   closeFd(fd: number): void;
   /** `fd` null runs the steps in a fresh, private namespace that vanishes afterwards. */
   runInNetns(fd: number | null, steps: readonly Step[], options?: { poisonReturn?: boolean }): Promise<unknown[]>;
+  /** Several step lists in one visit to the namespace; one promise per list, settled as soon as that list is done. */
+  visitNetns(fd: number | null, segments: readonly (readonly Step[])[]): Promise<unknown[]>[];
   warmUp(): void;
   executorStats(): RawExecutorStats;
   seqpacketListen(path: string, options?: { mode?: number; dirMode?: number; backlog?: number }): number;

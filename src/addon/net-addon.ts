@@ -23,9 +23,24 @@ export interface NetnsHandle extends NetnsIdentity {
 /** Where a step list runs: an open namespace, or a fresh private one that vanishes afterwards. */
 export type NetnsTarget = NetnsHandle | 'fresh';
 
+export interface RunOptions {
+  /**
+   * Runs after the other step lists that share its visit (see NetAddon.run): a netlink watch
+   * opened after an ADD's rules does not report the rules' own commit.
+   */
+  background?: boolean;
+}
+
 export interface NetAddon {
   openNetns(path: string): NetnsHandle;
-  run<const S extends readonly Step[]>(target: NetnsTarget, steps: S): Promise<ResultsOf<S>>;
+  /**
+   * Runs the steps in order inside the namespace; the first failure rejects (with its step).
+   * Step lists for the same handle asked for in the same turn of the event loop share one visit
+   * (one thread hop and setns), each with its own result and failure; each promise settles as
+   * soon as its own list is done, so an early list does not wait for the later ones. Lists that
+   * may block (exec, connect) always run on a thread of their own.
+   */
+  run<const S extends readonly Step[]>(target: NetnsTarget, steps: S, options?: RunOptions): Promise<ResultsOf<S>>;
   /** Pays libnftables' one-time initialisation so the first pod does not. */
   warmUp(): void;
   stats(): RawExecutorStats;
@@ -41,6 +56,8 @@ class NativeNetnsHandle implements NetnsHandle {
     readonly ino: number,
     readonly dev: number,
     readonly path: string,
+    /** The addon that opened it (lists for it share visits), told before the fd closes. */
+    readonly owner?: NativeNetAddon,
   ) {}
 
   get closed(): boolean {
@@ -49,29 +66,91 @@ class NativeNetnsHandle implements NetnsHandle {
 
   close(): void {
     if (this.#closed) return;
+    // Lists asked for before the close still run: their visit is submitted now, while the fd is
+    // open (the job keeps its own duplicate), as if each had been submitted when it was asked for.
+    this.owner?.submitPending(this);
     this.#closed = true;
     this.raw.closeFd(this.fd);
   }
 }
 
+function mayBlock(step: Step): boolean {
+  return step.op === 'exec' || (step.op === 'socket' && step.connectAddress !== undefined);
+}
+
+/** A step list waiting for its visit. */
+interface QueuedSteps {
+  steps: readonly Step[];
+  resolve(results: unknown[]): void;
+  reject(err: unknown): void;
+}
+
+/** The step lists of one namespace asked for in this turn, submitted together at its end. */
+interface PendingVisit {
+  target: NetnsHandle;
+  lists: QueuedSteps[];
+  background: QueuedSteps[];
+}
+
 export class NativeNetAddon implements NetAddon {
+  readonly #pending = new Map<NetnsHandle, PendingVisit>();
+
   constructor(private readonly raw: RawAddon = loadRawAddon()) {}
 
   openNetns(path: string): NetnsHandle {
     const info = this.raw.openNetns(path);
-    return new NativeNetnsHandle(this.raw, info.fd, info.ino, info.dev, path);
+    return new NativeNetnsHandle(this.raw, info.fd, info.ino, info.dev, path, this);
   }
 
-  run<const S extends readonly Step[]>(target: NetnsTarget, steps: S): Promise<ResultsOf<S>> {
+  run<const S extends readonly Step[]>(target: NetnsTarget, steps: S, options: RunOptions = {}): Promise<ResultsOf<S>> {
     if (target !== 'fresh' && target.closed) {
       return Promise.reject(new Error(`netns ${target.path} is already closed`));
     }
-    const fd = target === 'fresh' ? null : target.fd;
     try {
       assertValidSteps(steps);
-      return this.raw.runInNetns(fd, steps) as Promise<ResultsOf<S>>;
+      if (target === 'fresh') return this.raw.runInNetns(null, steps) as Promise<ResultsOf<S>>;
+      // A list that may block (a child process, a connect) gets a thread of its own: sharing a
+      // visit would make every other list of that turn wait for it. Handles this addon did not
+      // open (adoptNetnsFd) cannot tell it before they close, so their lists go at once too.
+      const alone = steps.some(mayBlock) || !(target instanceof NativeNetnsHandle) || target.owner !== this;
+      if (alone) return this.raw.runInNetns(target.fd, steps) as Promise<ResultsOf<S>>;
     } catch (err) {
       return Promise.reject(err); // callers handle one failure path: the promise
+    }
+    return new Promise((resolve, reject) => {
+      const queued: QueuedSteps = { steps, resolve: resolve as (r: unknown[]) => void, reject };
+      const visit = this.#pending.get(target) ?? this.#newVisit(target);
+      (options.background ? visit.background : visit.lists).push(queued);
+    });
+  }
+
+  /** Submitted at the end of this turn (a microtask): every list asked for until then joins it. */
+  #newVisit(target: NetnsHandle): PendingVisit {
+    const visit: PendingVisit = { target, lists: [], background: [] };
+    this.#pending.set(target, visit);
+    queueMicrotask(() => this.#submit(visit));
+    return visit;
+  }
+
+  /** Submits the visit waiting for `target` now (its handle is about to close). */
+  submitPending(target: NetnsHandle): void {
+    const visit = this.#pending.get(target);
+    if (visit) this.#submit(visit);
+  }
+
+  #submit(visit: PendingVisit): void {
+    if (this.#pending.get(visit.target) !== visit) return; // submitted already (the handle closed first)
+    this.#pending.delete(visit.target);
+    const queued = [...visit.lists, ...visit.background];
+    try {
+      if (visit.target.closed) throw new Error(`netns ${visit.target.path} is already closed`);
+      const settled = this.raw.visitNetns(
+        visit.target.fd,
+        queued.map((q) => q.steps),
+      );
+      settled.forEach((promise, i) => promise.then(queued[i]!.resolve, queued[i]!.reject));
+    } catch (err) {
+      for (const q of queued) q.reject(err);
     }
   }
 
@@ -79,6 +158,7 @@ export class NativeNetAddon implements NetAddon {
     const results = await this.run(
       ns,
       opts.kinds.map((kind) => ({ op: 'netlinkWatch' as const, kind })),
+      { background: true },
     );
     return new NativeNetnsWatch(
       this.raw,

@@ -324,13 +324,14 @@ export class PluginEventServer {
    */
   #addInTime(event: PluginAddEvent): Promise<void> {
     const ms = this.#addAnswerMs;
-    const log = this.#log.child({ pod: `${event.PodNamespace}/${event.PodName}`, uid: event.PodUID || undefined });
+    // Only a late ADD logs: no child logger per pod on the common path.
+    const log = (): Logger => this.#log.child({ pod: `${event.PodNamespace}/${event.PodName}`, uid: event.PodUID || undefined });
     return answerWithin(this.handlers.add(event), {
       ms,
       late: () => {
         const pending = this.handlers.pendingAdd?.(event) ?? 'it is still in progress';
         const err = new Error(`pod ${event.PodNamespace}/${event.PodName} not enrolled within ${ms} ms: ${pending}`);
-        log.warn(
+        log().warn(
           { err: err.message },
           'answering the ADD before the plugin gives up; the enrolment carries on (a retried ADD completes it)',
         );
@@ -338,8 +339,8 @@ export class PluginEventServer {
       },
       settledLate: (err) =>
         err === undefined
-          ? log.info('late enrolment finished after the ADD was answered')
-          : log.warn({ err: (err as Error).message }, 'late enrolment failed after the ADD was answered'),
+          ? log().info('late enrolment finished after the ADD was answered')
+          : log().warn({ err: (err as Error).message }, 'late enrolment failed after the ADD was answered'),
     });
   }
 

@@ -3,6 +3,7 @@
 // then the routes and the ip rules, all in a single visit to the pod's namespace on an
 // addon-owned thread.
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
+import type { NftBatchStep, RoutingStep } from '../addon/steps.js';
 import { CanonicalListings, isAmbientTable, LIST_RULESET_STEP } from './canonical.js';
 import { diffRulesets, driftReport, mergeDrift, type DriftReport } from './drift.js';
 import type { InpodRuleManager, RulesStamp, VerifyResult } from './manager.js';
@@ -17,11 +18,21 @@ import { NO_OVERRIDES, type PodOverrides, type RuleSettings } from './settings.j
 
 const GENERATION = { op: 'nftGeneration' } as const;
 
+type BatchApply = readonly [typeof LOOPBACK_UP_STEP, NftBatchStep, ...RoutingStep[]];
+
+interface Transaction {
+  script: string;
+  tables: string[];
+  batchApply?: BatchApply;
+}
+
 export class NftablesInpodRules implements InpodRuleManager {
   readonly backend = 'nftables' as const;
   readonly #canonical: CanonicalListings;
   readonly #batches: NftBatches;
-  readonly #transactions = new Map<string, { script: string; tables: string[] }>();
+  readonly #transactions = new Map<string, Transaction>();
+  /** Overrides objects seen before (most pods share NO_OVERRIDES): no key string per pod. */
+  readonly #byOverrides = new WeakMap<PodOverrides, Transaction>();
   /** Applies whose batch the kernel refused (the text was applied instead). */
   batchFallbacks = 0;
 
@@ -40,15 +51,31 @@ export class NftablesInpodRules implements InpodRuleManager {
   }
 
   /** Rendered once per distinct overrides (the settings are fixed): no model or text per pod. */
-  #transaction(overrides: PodOverrides): { script: string; tables: string[] } {
+  #transaction(overrides: PodOverrides): Transaction {
+    let tx = this.#byOverrides.get(overrides);
+    if (tx) return tx;
     const key = overridesKey(overrides);
-    let tx = this.#transactions.get(key);
+    tx = this.#transactions.get(key);
     if (!tx) {
       const model = buildInpodModel(this.settings, overrides);
       tx = { script: renderInpodNftables(model), tables: inpodNftTables(model) };
       this.#transactions.set(key, tx);
     }
+    this.#byOverrides.set(overrides, tx);
     return tx;
+  }
+
+  /**
+   * The whole apply visit with the prebuilt batch, built once per transaction: lo first (ztunnel
+   * binds 127.0.0.1 there, and the kernel refuses the IPv6 route while it is down), the batch,
+   * the routing. Undefined until the batch is compiled (the text path serves meanwhile).
+   */
+  #batchSteps(tx: Transaction): BatchApply | undefined {
+    if (tx.batchApply) return tx.batchApply;
+    const batch = this.#batches.peek(tx.script, tx.tables);
+    if (!batch) return undefined;
+    tx.batchApply = [LOOPBACK_UP_STEP, { op: 'nftBatch', batch, script: tx.script }, ...routingApplySteps(this.settings.ipv6)] as const;
+    return tx.batchApply;
   }
 
   /** Compiles the batch for these overrides now, so the next apply sends it. */
@@ -71,21 +98,19 @@ export class NftablesInpodRules implements InpodRuleManager {
   /** Returns a stamp (see stampOf) for a later verify. */
   apply(ns: NetnsHandle, overrides: PodOverrides): Promise<RulesStamp | undefined> {
     return wrapRuleError('apply', ns, this.backend, async () => {
-      const { script, tables } = this.#transaction(overrides);
-      const batch = this.#batches.peek(script, tables);
-      const routing = routingApplySteps(this.settings.ipv6);
-      // lo first: ztunnel binds 127.0.0.1 there, and the kernel refuses the IPv6 route while it is down.
-      if (batch) {
-        const [, sent] = await this.addon.run(ns, [LOOPBACK_UP_STEP, { op: 'nftBatch', batch, script }, ...routing] as const);
+      const tx = this.#transaction(overrides);
+      const steps = this.#batchSteps(tx);
+      if (steps) {
+        const [, sent] = await this.addon.run(ns, steps);
         if (sent.fallback) this.batchFallbacks++;
         return stampOf(sent.generationBefore, sent.generation);
       }
       const [, before, , after] = await this.addon.run(ns, [
         LOOPBACK_UP_STEP,
         GENERATION,
-        { op: 'nft', script },
+        { op: 'nft', script: tx.script },
         GENERATION,
-        ...routing,
+        ...routingApplySteps(this.settings.ipv6),
       ] as const);
       return stampOf(before.generation, after.generation);
     });

@@ -32,13 +32,20 @@ export function localRoute(family: Family): LocalRouteSpec {
  * lo (Istio's disable_ipv6 test). All of it goes to the kernel in one rtnetlink sendmsg. Runs
  * after LOOPBACK_UP_STEP: the kernel refuses the IPv6 route while lo is down.
  */
-export function routingApplySteps(ipv6: boolean): RoutingStep[] {
+export function routingApplySteps(ipv6: boolean): readonly RoutingStep[] {
+  return ROUTING_APPLY[ipv6 ? 'v6' : 'v4'];
+}
+
+function buildRoutingApply(ipv6: boolean): readonly RoutingStep[] {
   const changes = families(ipv6).flatMap((family): RoutingChange[] => [
     { kind: 'replaceLocalRoute', ...localRoute(family), skipWithoutIpv6: family === 6 },
     { kind: 'addFwmarkRule', ...fwmarkRule(family) },
   ]);
-  return [{ op: 'routing', changes }];
+  return Object.freeze([{ op: 'routing', changes }]);
 }
+
+/** Built once: every pod's apply sends the same steps (the addon only reads them). */
+const ROUTING_APPLY = { v4: buildRoutingApply(false), v6: buildRoutingApply(true) };
 
 /** Deleting what is already gone succeeds (unlike Istio, which retries forever: istio#58293). */
 export function routingDeleteSteps(ipv6: boolean): RoutingStep[] {

@@ -1,6 +1,6 @@
 // The native addon against the real kernel: namespaces, owned threads, errors, sockets, spawn.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { closeSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -67,6 +67,64 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
     const results = await Promise.all(pending);
     expect(results.every(([r]) => r.ino === handle.ino)).toBe(true);
     await expect(addon.run(own, [{ op: 'netnsId' }])).rejects.toThrow('already closed');
+  });
+
+  it('runs the step lists asked for in one turn for one handle in one visit, each settled on its own', async () => {
+    const before = addon.stats().jobsRun;
+    const settled: string[] = [];
+    const lo = addon.run(handle, [{ op: 'setLinkUp', dev: 'lo' }] as const).then((r) => {
+      // An early list settles before the later ones of its visit: the ZDS add need not wait for the rules.
+      settled.push('lo');
+      return r;
+    });
+    const broken = addon.run(handle, [{ op: 'setLinkUp', dev: 'nosuchdev0' }]).then(
+      () => settled.push('broken resolved'),
+      (err: unknown) => {
+        settled.push('broken rejected');
+        return err;
+      },
+    );
+    const nft = addon
+      .run(handle, [{ op: 'nft', script: 'add table inet visit_test\ndelete table inet visit_test\n' }] as const)
+      .then(() => settled.push('nft'));
+    const watch = addon.run(handle, [{ op: 'netlinkWatch', kind: 'routing' }] as const, { background: true }).then(([r]) => {
+      settled.push('watch');
+      return r;
+    });
+    const id = addon.run(handle, [{ op: 'netnsId' }] as const).then(([r]) => {
+      settled.push('id');
+      return r;
+    });
+    const [[up], err, , w, inside] = await Promise.all([lo, broken, nft, watch, id]);
+    expect(up.op).toBe('setLinkUp');
+    // A failing list fails alone, naming its own step; the others of the visit still ran.
+    expect(err).toMatchObject({ code: 'ENODEV', step: 0, op: 'setLinkUp' });
+    expect(inside.ino).toBe(handle.ino);
+    closeSync(w.fd);
+    // In the order asked for, the background list last; one job for all five.
+    expect(settled).toEqual(['lo', 'broken rejected', 'nft', 'id', 'watch']);
+    await new Promise((r) => setTimeout(r, 20));
+    expect(addon.stats().jobsRun - before).toBe(1);
+  });
+
+  it('gives lists that may block (exec) a thread of their own: the lists beside them do not wait', async () => {
+    const order: string[] = [];
+    const slow = addon.run(handle, [{ op: 'exec', argv: ['/bin/sleep', '0.3'], timeoutMs: 5_000 }] as const).then(() => order.push('exec'));
+    const quick = addon.run(handle, [{ op: 'netnsId' }] as const).then(() => order.push('netnsId'));
+    await Promise.all([slow, quick]);
+    expect(order).toEqual(['netnsId', 'exec']);
+  });
+
+  it('runs its netns threads as SCHED_BATCH, so a woken worker never preempts the event loop', async () => {
+    await addon.run(handle, [{ op: 'netnsId' }]);
+    const SCHED_BATCH = 3;
+    const policies = readdirSync('/proc/self/task').map((tid) => {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[38]); // field 41: policy
+    });
+    expect(policies.filter((p) => p === SCHED_BATCH).length).toBe(addon.stats().threadsAlive);
+    const self = readFileSync(`/proc/self/stat`, 'utf8');
+    expect(Number(self.slice(self.lastIndexOf(')') + 2).split(' ')[38])).toBe(0); // the JS thread: SCHED_OTHER
   });
 
   it('retires a worker whose way home fails and replaces it', async () => {

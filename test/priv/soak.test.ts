@@ -162,12 +162,12 @@ describe.skipIf(skip)(`soak: ${CYCLES} add/delete cycles through the agent${skip
       expect(after.memory.rss - baseline.memory.rss).toBeLessThan(MAX_RSS_GROWTH_MB);
       expect(curve.at(-1)! - curve[1]!).toBeLessThan(MAX_RSS_GROWTH_SETTLED_MB);
       expect(after.memory.heap - baseline.memory.heap).toBeLessThan(MAX_HEAP_GROWTH_MB);
-      // The executor, per cycle: the rules' job and the lo-up job ahead of the ZDS add (they run
-      // concurrently), the live reconciler's watch opened per add, one job per delete, and at most
-      // one first check per pod (0.5 s after the watch opened, if it lived that long); nothing
-      // pending, no thread retired or added.
-      expect(jobs).toBeGreaterThanOrEqual(4 * (CYCLES - WARM_UP));
-      expect(jobs).toBeLessThanOrEqual(5 * (CYCLES - WARM_UP));
+      // The executor, per cycle: one netns visit per ADD (lo up, which lets the ZDS add go, then
+      // the rules, then the live reconciler's watch: three step lists asked for in one turn), one
+      // per delete, and at most one first check per pod (0.5 s after the watch opened, if it lived
+      // that long); nothing pending, no thread retired or added.
+      expect(jobs).toBeGreaterThanOrEqual(2 * (CYCLES - WARM_UP));
+      expect(jobs).toBeLessThanOrEqual(3 * (CYCLES - WARM_UP));
       expect(after.stats).toMatchObject({
         pending: 0,
         threadsRetired: baseline.stats.threadsRetired,
