@@ -3,6 +3,7 @@
 #include <napi.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -528,6 +529,15 @@ Napi::Value OpenNetnsJs(const Napi::CallbackInfo& info) {
   return o;
 }
 
+Napi::Value NetnsFdOfJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber()) throw Napi::TypeError::New(env, "netnsFdOf(fd): fd must be a number");
+  SysError err;
+  int fd = NetnsFdOf(info[0].As<Napi::Number>().Int32Value(), &err);
+  if (fd < 0) throw ToJsError(env, err);
+  return Napi::Number::New(env, fd);
+}
+
 Napi::Value CloseFdJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsNumber()) throw Napi::TypeError::New(env, "closeFd(fd): fd must be a number");
@@ -566,9 +576,10 @@ std::unique_ptr<VisitJob> MakeJob(const Napi::CallbackInfo& info, AddonState* st
   }
   if (info[2].IsObject()) job->poison_return = GetBoolOr(info[2].As<Napi::Object>(), "poisonReturn", false);
   if (info[0].IsNumber()) {
-    // The job keeps its own duplicate so JS may close its fd while the job waits in the queue.
-    job->target_fd = fcntl(info[0].As<Napi::Number>().Int32Value(), F_DUPFD_CLOEXEC, 0);
-    if (job->target_fd < 0) throw ToJsError(env, SysError::FromErrno(errno, "fcntl", "F_DUPFD_CLOEXEC"));
+    // The job keeps its own fd of the namespace so JS may close its own while the job waits.
+    SysError err;
+    job->target_fd = NetnsFdOf(info[0].As<Napi::Number>().Int32Value(), &err);
+    if (job->target_fd < 0) throw ToJsError(env, err);
   }
   return job;
 }
@@ -650,6 +661,11 @@ Napi::Value SeqpacketConnectJs(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, fd);
 }
 
+bool IsSocket(int fd) {
+  struct stat st;
+  return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
 Napi::Value SeqpacketSendJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd = FdArg(info, 0, "seqpacketSend(fd, data, passFd)");
@@ -661,7 +677,15 @@ Napi::Value SeqpacketSendJs(const Napi::CallbackInfo& info) {
     throw ToJsError(env, SysError::FromErrno(EMSGSIZE, "sendmsg", "", "datagram must be 1-1024 bytes"));
   }
   SysError err;
+  // A pod's namespace held by a socket inside it: ztunnel gets a namespace fd all the same.
+  int netns_fd = -1;
+  if (pass_fd >= 0 && IsSocket(pass_fd)) {
+    netns_fd = NetnsFdOf(pass_fd, &err);
+    if (netns_fd < 0) throw ToJsError(env, err);
+    pass_fd = netns_fd;
+  }
   int rc = SeqpacketSend(fd, data.Data(), data.ByteLength(), pass_fd, &err);
+  if (netns_fd >= 0) close(netns_fd);
   if (rc < 0) throw ToJsError(env, err);
   return Napi::Boolean::New(env, rc == 1);
 }
@@ -742,6 +766,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
 
   exports.Set("openNetns", Napi::Function::New(env, OpenNetnsJs, "openNetns"));
   exports.Set("closeFd", Napi::Function::New(env, CloseFdJs, "closeFd"));
+  exports.Set("netnsFdOf", Napi::Function::New(env, NetnsFdOfJs, "netnsFdOf"));
   exports.Set("runInNetns", Napi::Function::New(env, RunInNetnsJs, "runInNetns"));
   exports.Set("visitNetns", Napi::Function::New(env, VisitNetnsJs, "visitNetns"));
   exports.Set("warmUp", Napi::Function::New(env, WarmUpJs, "warmUp"));

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/nsfs.h>
+#include <linux/sockios.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -29,6 +30,22 @@ int OpenNetns(const std::string& path, NetnsId* id, SysError* err) {
     close(fd);
     return -1;
   }
+  return fd;
+}
+
+int NetnsFdOf(int anchor, SysError* err) {
+  struct stat st;
+  if (fstat(anchor, &st) != 0) {
+    *err = SysError::FromErrno(errno, "fstat");
+    return -1;
+  }
+  if (S_ISSOCK(st.st_mode)) {
+    int fd = ioctl(anchor, SIOCGSKNS);
+    if (fd < 0) *err = SysError::FromErrno(errno, "ioctl", "", "SIOCGSKNS: the namespace of a socket");
+    return fd;
+  }
+  int fd = fcntl(anchor, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) *err = SysError::FromErrno(errno, "fcntl", "F_DUPFD_CLOEXEC");
   return fd;
 }
 

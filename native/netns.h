@@ -18,6 +18,12 @@ int OpenNetns(const std::string& path, NetnsId* id, SysError* err);
 
 bool StatNetnsFd(int fd, NetnsId* id, SysError* err);
 
+// A new fd (O_CLOEXEC) of the network namespace `anchor` refers to: a namespace file is
+// duplicated; a socket gives its own namespace (SIOCGSKNS, which needs CAP_NET_ADMIN there). A
+// pod's namespace may be held by a netlink watch socket opened inside it instead of a namespace
+// file: one fd less per pod. Returns the fd or -1.
+int NetnsFdOf(int anchor, SysError* err);
+
 // The network namespace of the calling thread (not the process: threads can differ).
 bool CurrentThreadNetns(NetnsId* id, SysError* err);
 

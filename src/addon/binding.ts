@@ -47,6 +47,8 @@ export interface RawFdPoller {
 export interface RawAddon {
   openNetns(path: string): RawNetnsInfo;
   closeFd(fd: number): void;
+  /** A new fd of the namespace `anchor` refers to: a namespace file duplicated, or a socket's own (SIOCGSKNS). */
+  netnsFdOf(anchor: number): number;
   /** `fd` null runs the steps in a fresh, private namespace that vanishes afterwards. */
   runInNetns(fd: number | null, steps: readonly Step[], options?: { poisonReturn?: boolean }): Promise<unknown[]>;
   /** Several step lists in one visit to the namespace; one promise per list, settled as soon as that list is done. */

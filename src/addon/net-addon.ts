@@ -48,30 +48,86 @@ export interface NetAddon {
   watchNetns(ns: NetnsHandle, opts: WatchOptions): Promise<NetnsWatch>;
 }
 
+/**
+ * The fd that keeps the namespace alive is its namespace file at first; the namespace's watch
+ * may lend it a netlink socket opened inside it instead (a socket holds its namespace just as
+ * well, and the addon turns it back into a namespace fd for jobs and for ztunnel): one fd per
+ * pod instead of two beside the watch's own.
+ */
 class NativeNetnsHandle implements NetnsHandle {
   #closed = false;
+  #fd: number;
+  /** Set while a watch's socket holds the namespace: the watch stops polling it before it closes. */
+  #lender: (() => void) | undefined;
+
   constructor(
     private readonly raw: RawAddon,
-    readonly fd: number,
+    fd: number,
     readonly ino: number,
     readonly dev: number,
     readonly path: string,
     /** The addon that opened it (lists for it share visits), told before the fd closes. */
     readonly owner?: NativeNetAddon,
-  ) {}
+  ) {
+    this.#fd = fd;
+  }
+
+  get fd(): number {
+    return this.#fd;
+  }
 
   get closed(): boolean {
     return this.#closed;
   }
 
+  /**
+   * Lets `socket` (opened inside this namespace; it must give back this very namespace) hold it
+   * instead of the namespace file, which closes. `stopPolling` runs before the socket closes.
+   * False (nothing changed) when a socket holds it already or the socket cannot give the
+   * namespace back (SIOCGSKNS needs CAP_NET_ADMIN).
+   */
+  holdBy(socket: number, stopPolling: () => void): boolean {
+    if (this.#closed || this.#lender) return false;
+    let probe: number;
+    try {
+      probe = this.raw.netnsFdOf(socket);
+    } catch {
+      return false;
+    }
+    const same = sameNamespace(probe, this);
+    this.raw.closeFd(probe);
+    if (!same) return false;
+    this.raw.closeFd(this.#fd);
+    this.#fd = socket;
+    this.#lender = stopPolling;
+    return true;
+  }
+
+  /**
+   * The watch closes while the namespace is still needed: the namespace file takes over again
+   * (a namespace fd made from the socket), and the socket goes back to the watch to close.
+   */
+  release(): void {
+    if (this.#closed || !this.#lender) return;
+    this.#fd = this.raw.netnsFdOf(this.#fd); // the socket is the watch's to close now
+    this.#lender = undefined;
+  }
+
   close(): void {
     if (this.#closed) return;
     // Lists asked for before the close still run: their visit is submitted now, while the fd is
-    // open (the job keeps its own duplicate), as if each had been submitted when it was asked for.
+    // open (the job keeps its own fd of the namespace), as if each had been submitted when asked.
     this.owner?.submitPending(this);
     this.#closed = true;
-    this.raw.closeFd(this.fd);
+    this.#lender?.(); // libuv: stop polling before the fd is closed
+    this.#lender = undefined;
+    this.raw.closeFd(this.#fd);
   }
+}
+
+function sameNamespace(fd: number, id: NetnsIdentity): boolean {
+  const st = fstatSync(fd);
+  return st.ino === id.ino && st.dev === id.dev;
 }
 
 function mayBlock(step: Step): boolean {
@@ -160,10 +216,12 @@ export class NativeNetAddon implements NetAddon {
       opts.kinds.map((kind) => ({ op: 'netlinkWatch' as const, kind })),
       { background: true },
     );
+    const holder = ns instanceof NativeNetnsHandle && ns.owner === this ? ns : undefined;
     return new NativeNetnsWatch(
       this.raw,
       results.map((r) => r.fd),
       opts,
+      holder,
     );
   }
 

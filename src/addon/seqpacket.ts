@@ -18,6 +18,12 @@ function timeoutError(op: string, ms: number): Error {
   return systemError('ETIMEDOUT', -110, op, `ETIMEDOUT: no ${op} within ${ms} ms`);
 }
 
+/** Something that holds an fd to pass (read when the datagram is written). */
+export interface PassedFd {
+  readonly fd: number;
+  readonly closed?: boolean;
+}
+
 export class SeqpacketSocket {
   #poller: RawFdPoller;
   #closed = false;
@@ -40,12 +46,18 @@ export class SeqpacketSocket {
     return new SeqpacketSocket(raw.seqpacketConnect(path), raw);
   }
 
-  /** Sends one datagram (with at most one fd), waiting up to `timeoutMs` for buffer space. */
-  async send(data: Uint8Array, passFd: number | undefined, timeoutMs: number): Promise<void> {
+  /**
+   * Sends one datagram (with at most one fd), waiting up to `timeoutMs` for buffer space. An fd
+   * given as a holder is read at each attempt (a netns handle may change the fd that holds its
+   * namespace while the send waits), and refused once the holder is closed.
+   */
+  async send(data: Uint8Array, pass: number | PassedFd | undefined, timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       if (this.#closed) throw systemError('EPIPE', -32, 'sendmsg', 'EPIPE: socket closed');
-      if (this.raw.seqpacketSend(this.fd, data, passFd ?? -1)) return;
+      if (typeof pass === 'object' && pass.closed) throw systemError('EBADF', -9, 'sendmsg', 'EBADF: the fd to pass was closed');
+      const fd = pass === undefined ? -1 : typeof pass === 'number' ? pass : pass.fd;
+      if (this.raw.seqpacketSend(this.fd, data, fd)) return;
       const left = deadline - Date.now();
       if (left <= 0) throw timeoutError('sendmsg', timeoutMs);
       await this.#writable(left);

@@ -261,7 +261,7 @@ export class ZdsConnection {
     if ('snapshotSent' in req) this.#snapshotSent = true;
     const ack = this.#next(this.timeouts.ackMs, `ack for ${requestKind(req)}`);
     try {
-      await this.socket.send(bytes, netns?.fd, this.timeouts.writeMs);
+      await this.socket.send(bytes, netns, this.timeouts.writeMs);
     } catch (err) {
       ack.catch(() => {});
       this.close(`write failed: ${(err as Error).message}`);

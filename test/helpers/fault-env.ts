@@ -3,7 +3,7 @@
 // pods without apps (a netns and the chained CNI commands), concurrent CNI commands from a
 // separate runtime process (cni-driver.mjs), the agent process's fds, and an independent check
 // of a pod's in-pod rules (the agent's own verify plus the nft and ip binaries' listings).
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { readdirSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -201,6 +201,50 @@ export function netnsFds(pid: number): number[] {
 
 export function netnsFdCount(pid: number): number {
   return netnsFds(pid).length;
+}
+
+/** What each of the process's fds refers to (`net:[ino]`, `socket:[ino]`, a path), sorted. */
+export function fdTargets(pid: number): string[] {
+  const out: string[] = [];
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    try {
+      out.push(readlinkSync(`/proc/${pid}/fd/${fd}`));
+    } catch {
+      // closed meanwhile
+    }
+  }
+  return out.sort();
+}
+
+/**
+ * The namespaces under /run/netns that the process holds, by namespace fd or by a netlink
+ * socket opened inside it (the agent lets a pod's watch socket hold the pod's namespace): the
+ * socket inodes the kernel lists in each namespace's /proc/net/netlink, read from inside it.
+ */
+export function heldNamespaces(pid: number): string[] {
+  const targets = new Set(fdTargets(pid));
+  const held: string[] = [];
+  for (const name of readdirSync('/run/netns')) {
+    const path = `/run/netns/${name}`;
+    let ino: number;
+    try {
+      ino = statSync(path).ino;
+    } catch {
+      continue; // deleted meanwhile
+    }
+    if (targets.has(`net:[${ino}]`)) {
+      held.push(name);
+      continue;
+    }
+    const listing = execFileSync('nsenter', [`--net=${path}`, 'cat', '/proc/net/netlink'], { encoding: 'utf8' });
+    const inodes = listing
+      .split('\n')
+      .slice(1)
+      .map((line) => line.trim().split(/\s+/).at(-1))
+      .filter((x): x is string => x !== undefined && x !== '');
+    if (inodes.some((i) => targets.has(`socket:[${i}]`))) held.push(name);
+  }
+  return held.sort();
 }
 
 export function stateFileOf(runDir: string, uid: string): string {

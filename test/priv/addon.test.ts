@@ -1,12 +1,13 @@
 // The native addon against the real kernel: namespaces, owned threads, errors, sockets, spawn.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { closeSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadRawAddon } from '../../src/addon/binding.js';
 import { NativeNetAddon, type NetnsHandle } from '../../src/addon/net-addon.js';
+import { SeqpacketListener, SeqpacketSocket } from '../../src/addon/seqpacket.js';
 import { projectRoot } from '../../src/project-root.js';
 import { currentThreadNetns, fdCount } from '../helpers/netns-files.js';
 import { createNetns, deleteAllNetns, execIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
@@ -105,6 +106,46 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
     expect(settled).toEqual(['lo', 'broken rejected', 'nft', 'id', 'watch']);
     await new Promise((r) => setTimeout(r, 20));
     expect(addon.stats().jobsRun - before).toBe(1);
+  });
+
+  it("lets a pod's watch socket hold its namespace: one fd less, jobs and ztunnel still get the namespace, even after its file is gone", async () => {
+    const ns = createNetns('held');
+    const own = addon.openNetns(ns.path);
+    const fdsBefore = fdCount();
+    const watch = await addon.watchNetns(own, { kinds: ['nftables', 'routing'], routeTable: 100, onChange: () => {}, onError: () => {} });
+    expect(readlinkSync(`/proc/self/fd/${own.fd}`)).toMatch(/^socket:/);
+    expect(watch.fds).toContain(own.fd);
+    expect(fdCount() - fdsBefore).toBe(1); // two sockets, and the namespace file closed
+    execFileSync('ip', ['netns', 'del', ns.name]); // the runtime removes the sandbox's file
+    const [inside] = await addon.run(own, [{ op: 'netnsId' }] as const);
+    expect(inside.ino).toBe(own.ino);
+    // Over SCM_RIGHTS the peer gets a namespace fd of that namespace, not the socket.
+    const dir = mkdtempSync(join(tmpdir(), 'ana-held-'));
+    const accepted: SeqpacketSocket[] = [];
+    const listener = SeqpacketListener.listen(join(dir, 'zds.sock'), (s) => accepted.push(s));
+    const client = SeqpacketSocket.connect(join(dir, 'zds.sock'));
+    const received = new Promise<number[]>((resolve) => {
+      client.handlers = { onDatagram: (d) => resolve(d.fds), onError: () => {} };
+    });
+    while (accepted.length === 0) await new Promise((r) => setTimeout(r, 5));
+    await accepted[0]!.send(new Uint8Array([1]), own, 1_000);
+    const [passed] = await received;
+    expect(readlinkSync(`/proc/self/fd/${passed}`)).toBe(`net:[${own.ino}]`);
+    closeSync(passed!);
+    for (const s of [client, ...accepted]) s.close();
+    listener.close();
+    rmSync(dir, { recursive: true, force: true });
+    // The watch closes first: a namespace fd takes over again (the namespace stays held).
+    watch.close();
+    expect(readlinkSync(`/proc/self/fd/${own.fd}`)).toBe(`net:[${own.ino}]`);
+    expect((await addon.run(own, [{ op: 'netnsId' }] as const))[0].ino).toBe(own.ino);
+    // A new watch takes over again; now the handle closes first (the pod leaves): nothing leaks.
+    const again = await addon.watchNetns(own, { kinds: ['routing'], routeTable: 100, onChange: () => {}, onError: () => {} });
+    expect(readlinkSync(`/proc/self/fd/${own.fd}`)).toMatch(/^socket:/);
+    own.close();
+    expect(again.fds).toEqual([]);
+    again.close();
+    expect(fdCount()).toBe(fdsBefore - 1);
   });
 
   it('gives lists that may block (exec) a thread of their own: the lists beside them do not wait', async () => {

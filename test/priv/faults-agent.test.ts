@@ -21,8 +21,8 @@ import {
   hasNoRules,
   expectedRuleLines,
   makePod,
-  netnsFdCount,
-  netnsFds,
+  fdTargets,
+  heldNamespaces,
   prevResultOf,
   runCni,
   runOurPlugin,
@@ -158,10 +158,12 @@ describe.skipIf(skip)(`agent SIGKILLed in the middle of a 50-pod burst of real C
       expectRunningInZtunnel(env, p);
       await expectRedirectedOnce(env, p);
     }
-    // Nothing else anywhere: one state file and one ztunnel pod per live pod, one netns fd each in the agent.
+    // Nothing else anywhere: one state file and one ztunnel pod per live pod; the agent holds the
+    // namespace of every live pod (by its watch socket or a namespace fd) and of no other pod.
     expect(stateFiles(env.runDir)).toEqual(live.map((p) => stateFileOf(env.runDir, p.uid).split('/').at(-1)).sort());
     expect([...env.standIn!.pods().keys()].sort()).toEqual(live.map((p) => p.uid).sort());
-    expect(netnsFdCount(agentPid(env))).toBe(live.length);
+    const podNamespaces = new Set(pods.map((p) => p.ns.name));
+    expect(heldNamespaces(agentPid(env)).filter((n) => podNamespaces.has(n))).toEqual(live.map((p) => p.ns.name).sort());
   }, 90_000);
 });
 
@@ -295,17 +297,18 @@ describe.skipIf(skip)(`ztunnel misbehaving, netns vanishing, DEL during ADD${rea
     const pod = newPod('vanish');
     const slow = await badZtunnel({ ackDelayFor: (req) => ('add' in req && req.add.uid === pod.uid ? 400 : undefined) });
     const before = await settledFdCount(pid);
+    const targetsBefore = fdTargets(pid);
     const adding = runtime.add(pod.cni);
     await slow.waitFor(() => slow.messages.some((m) => m.kind === 'add' && m.uid === pod.uid), 5_000);
     deleteNetns(pod.ns); // the runtime tears the sandbox down meanwhile
     await adding; // the agent holds the namespace open: rules and ztunnel got the same one
     expect(slow.running.has(pod.uid)).toBe(true);
-    const held = netnsFds(pid).length;
     await runtime.del(pod.cni); // the runtime's DEL for the gone sandbox
     expect(existsSync(stateFileOf(env.runDir, pod.uid))).toBe(false);
     expect(slow.running.has(pod.uid)).toBe(false);
-    expect(netnsFds(pid).length).toBe(held - 1); // the last reference to that namespace is gone
+    // Every fd the ADD took (the sockets that held the vanished namespace) is closed again.
     expect(await settledFdCount(pid)).toBe(before);
+    expect(fdTargets(pid)).toEqual(targetsBefore);
   });
 
   it('a DEL arrives while the ADD is in flight: the ADD is answered, then the DEL takes everything out again', async () => {

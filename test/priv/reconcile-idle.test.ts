@@ -3,7 +3,7 @@
 // per pod (one nf_tables and one rtnetlink socket; the netns fd is the registry's, held with or
 // without reconciliation) and cost under 1% of one core (utime + stime of this process from
 // /proc/self/stat, where the reconciler runs).
-import { readFileSync } from 'node:fs';
+import { readFileSync, readlinkSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { NativeNetAddon } from '../../src/addon/net-addon.js';
@@ -49,9 +49,9 @@ describe.skipIf(skip)(`live reconciliation idle cost${skip ? ` — skipped: ${sk
       const rules = new StampedRules(new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false })));
       registry = new PodRegistry({ podAdded: async () => undefined, podDeleted: async () => undefined });
       for (let i = 0; i < PODS; i++) namespaces.push(createNetns('idle'));
+      const fdsBefore = fdCount(); // before the pods' namespaces are opened: every fd a pod costs counts
       const handles = namespaces.map((ns) => addon.openNetns(ns.path));
       await mapLimit(handles, 4, (h) => rules.apply(h, NO_OVERRIDES));
-      const fdsBefore = fdCount();
       let checks = 0;
       reconciler = new Reconciler({
         addon,
@@ -68,7 +68,9 @@ describe.skipIf(skip)(`live reconciliation idle cost${skip ? ` — skipped: ${sk
       expect(checks).toBeGreaterThanOrEqual(PODS);
       const watchFds = reconciler.watchFds();
       expect(watchFds).toBe(2 * PODS);
+      // A pod costs its two watch sockets and nothing more: one of them holds its namespace.
       expect(fdCount() - fdsBefore).toBeLessThanOrEqual(2 * PODS + 4);
+      expect(handles.every((h) => readlinkSync(`/proc/self/fd/${h.fd}`).startsWith('socket:'))).toBe(true);
 
       const cpu0 = cpuMs();
       const t0 = Date.now();
