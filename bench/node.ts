@@ -83,6 +83,10 @@ interface Results {
   total: number[];
   agent: number[];
   zds: number[];
+  /** The in-pod rules, as the agent timed them (enroller log rulesMs), by pod. */
+  rules: number[];
+  /** Agent share minus the longer of rules and ZDS, per pod: HTTP, JSON, checks, netns open, state file, answer. */
+  outside: number[];
   agentPid?: number;
   metricsPort?: number;
   /** The full chain (bridge + host-local + istio-cni), and the istio-cni entry alone. */
@@ -359,7 +363,9 @@ function report(r: Results): { markdown: string; last: string[] } {
     `|---|---:|---:|---:|---:|---:|`,
     row('chained CNI ADD, end to end (bridge + host-local + istio-cni + agent + ZDS ack)', total),
     row('agent share (ambient_node_agent_pod_onboarding_seconds, _sum delta per pod)', agent),
-    row('  of which ZDS send -> peer ack, as the agent saw it (enroller log zdsMs)', sum(r.zds)),
+    row('  of which the in-pod rules (one netns visit, enroller log rulesMs)', sum(r.rules)),
+    row('  of which lo up -> ZDS send -> peer ack, alongside the rules (enroller log zdsMs)', sum(r.zds)),
+    row('  the rest: HTTP, JSON, checks, netns open, state file, answer (share - max(rules, ZDS), per pod)', sum(r.outside)),
     row('  the native peer itself: add received -> ack sent (its own clock)', sum(r.peerAck)),
     row("Istio's per-pod sequence, iptables (chart default) + ZDS add + peer ack, sequential", istioIpt),
     row("Istio's per-pod sequence, knftables (NATIVE_NFTABLES) + ZDS add + peer ack, sequential", istioNft),
@@ -478,6 +484,8 @@ async function main(): Promise<void> {
     total: [],
     agent: [],
     zds: [],
+    rules: [],
+    outside: [],
     peerAck: [],
     baseline: { iptExec: [], nftExec: [], inProcess: [], istioIpt: [], istioNft: [] },
     notes: [],
@@ -550,12 +558,17 @@ async function main(): Promise<void> {
     await phase(
       'agent log',
       async () => {
-        // The enroller's 'pod enrolled' line per pod carries zdsMs (send -> ztunnel ack).
+        // The enroller's 'pod enrolled' line per pod carries rulesMs and zdsMs (from the start of
+        // the onboarding); pod k is the k-th sequential ADD, whose share is r.agent[k - 1].
         for (const line of readFileSync(env.agentLog, 'utf8').split('\n')) {
           if (!line.includes('"pod enrolled"')) continue;
-          const rec = JSON.parse(line) as { pod?: string; zdsMs?: number };
+          const rec = JSON.parse(line) as { pod?: string; zdsMs?: number; rulesMs?: number };
           const k = Number(/^bench\/p(\d+)$/.exec(rec.pod ?? '')?.[1] ?? NaN);
-          if (k <= r.pods && typeof rec.zdsMs === 'number') r.zds.push(rec.zdsMs);
+          if (!(k <= r.pods) || typeof rec.zdsMs !== 'number' || typeof rec.rulesMs !== 'number') continue;
+          r.zds.push(rec.zdsMs);
+          r.rules.push(rec.rulesMs);
+          const share = r.agent[k - 1];
+          if (share !== undefined) r.outside.push(share - Math.max(rec.rulesMs, rec.zdsMs));
         }
       },
       'onboarding',

@@ -43,8 +43,9 @@ export async function onboardPod(deps: OnboardDeps, pod: PodIdentity, netns: Net
   const handle = deps.registry.register(pod, netns);
   if (!handle) throw new Error(`pod ${pod.uid}: no netns to enrol`);
   const start = process.hrtime.bigint();
-  // ztunnel's half is the longer one (it enters the netns and binds four listeners): start it
-  // first, with lo up before ztunnel is told (the rules' visit starts with the same idempotent step).
+  // ztunnel's half is the longer one (it enters the netns and binds four listeners): lo up is a
+  // step list of its own in the same netns visit as the rules (asked for in the same turn, see
+  // NetAddon.run), settled as soon as it is done, so ztunnel is told while the rules go in.
   const announced = deps.addon
     .run(handle, [LOOPBACK_UP_STEP])
     .then(() => deps.registry.announce(pod.uid))
