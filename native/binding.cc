@@ -3,7 +3,6 @@
 #include <napi.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -20,24 +19,8 @@ extern char** environ;
 #include "seqpacket.h"
 #include "steps.h"
 
-#include <stdlib.h>
-
 namespace ana {
 namespace {
-
-constexpr unsigned kWorkerThreads = 4;
-constexpr unsigned kMaxWorkerThreads = 256;
-
-// ANA_NETNS_THREADS: the pool size for a process whose jobs block for long (the node benchmark's
-// CNI driver holds a thread per plugin exec until the plugin exits); the agent keeps the default.
-unsigned WorkerThreads() {
-  const char* raw = getenv("ANA_NETNS_THREADS");
-  if (!raw || !*raw) return kWorkerThreads;
-  char* end = nullptr;
-  unsigned long n = strtoul(raw, &end, 10);
-  if (*end != '\0' || n < 1 || n > kMaxWorkerThreads) return kWorkerThreads;
-  return static_cast<unsigned>(n);
-}
 
 Napi::Error ToJsError(Napi::Env env, const SysError& e) {
   std::string code = uv_err_name(-e.errnum);
@@ -661,11 +644,6 @@ Napi::Value SeqpacketConnectJs(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, fd);
 }
 
-bool IsSocket(int fd) {
-  struct stat st;
-  return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
-}
-
 Napi::Value SeqpacketSendJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd = FdArg(info, 0, "seqpacketSend(fd, data, passFd)");
@@ -678,14 +656,10 @@ Napi::Value SeqpacketSendJs(const Napi::CallbackInfo& info) {
   }
   SysError err;
   // A pod's namespace held by a socket inside it: ztunnel gets a namespace fd all the same.
-  int netns_fd = -1;
-  if (pass_fd >= 0 && IsSocket(pass_fd)) {
-    netns_fd = NetnsFdOf(pass_fd, &err);
-    if (netns_fd < 0) throw ToJsError(env, err);
-    pass_fd = netns_fd;
-  }
+  int made = -1;
+  if (pass_fd >= 0 && (pass_fd = PassableNetnsFd(pass_fd, &made, &err)) < 0) throw ToJsError(env, err);
   int rc = SeqpacketSend(fd, data.Data(), data.ByteLength(), pass_fd, &err);
-  if (netns_fd >= 0) close(netns_fd);
+  if (made >= 0) close(made);
   if (rc < 0) throw ToJsError(env, err);
   return Napi::Boolean::New(env, rc == 1);
 }
@@ -757,7 +731,7 @@ void Cleanup(void* arg) {
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   auto* state = new AddonState();
-  state->executor = std::make_unique<NetnsExecutor>(WorkerThreads(), &state->executor_error);
+  state->executor = std::make_unique<NetnsExecutor>(NetnsExecutor::PoolSize(), &state->executor_error);
   Napi::Function noop = Napi::Function::New(env, [](const Napi::CallbackInfo&) {});
   state->tsfn = Napi::ThreadSafeFunction::New(env, noop, "ambient-netns", 0, 1);
   state->tsfn.Unref(env);

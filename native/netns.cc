@@ -49,6 +49,17 @@ int NetnsFdOf(int anchor, SysError* err) {
   return fd;
 }
 
+int PassableNetnsFd(int fd, int* made, SysError* err) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    *err = SysError::FromErrno(errno, "fstat");
+    return -1;
+  }
+  if (!S_ISSOCK(st.st_mode)) return fd;
+  *made = NetnsFdOf(fd, err);
+  return *made;
+}
+
 bool StatNetnsFd(int fd, NetnsId* id, SysError* err) {
   struct stat st;
   if (fstat(fd, &st) != 0) {

@@ -24,6 +24,11 @@ bool StatNetnsFd(int fd, NetnsId* id, SysError* err);
 // file: one fd less per pod. Returns the fd or -1.
 int NetnsFdOf(int anchor, SysError* err);
 
+// The fd to pass over SCM_RIGHTS for a pod's namespace: `fd` itself when it is a namespace file,
+// else a namespace fd made from the socket (stored in `*made` too: the caller closes it after
+// the send). Returns the fd to pass or -1.
+int PassableNetnsFd(int fd, int* made, SysError* err);
+
 // The network namespace of the calling thread (not the process: threads can differ).
 bool CurrentThreadNetns(NetnsId* id, SysError* err);
 

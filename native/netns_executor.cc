@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -115,6 +116,16 @@ void NetnsExecutor::YieldToEventLoop() {
   sched_param param{};
   param.sched_priority = 0;
   pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
+}
+
+unsigned NetnsExecutor::PoolSize() {
+  constexpr unsigned kDefault = 4;
+  constexpr unsigned long kMax = 256;
+  const char* raw = getenv("ANA_NETNS_THREADS");
+  if (!raw || !*raw) return kDefault;
+  char* end = nullptr;
+  unsigned long n = strtoul(raw, &end, 10);
+  return (*end != '\0' || n < 1 || n > kMax) ? kDefault : static_cast<unsigned>(n);
 }
 
 void NetnsExecutor::WorkerMain() {

@@ -47,6 +47,10 @@ class NetnsExecutor {
   // Records the calling thread's namespace as "home"; every worker starts by switching there
   // (a replacement may be spawned by a retiring thread that sits in a foreign namespace).
   NetnsExecutor(unsigned threads, SysError* err);
+
+  // 4, or ANA_NETNS_THREADS (1-256): the pool size for a process whose jobs block for long (the
+  // node benchmark's CNI driver holds a thread per plugin exec until the plugin exits).
+  static unsigned PoolSize();
   ~NetnsExecutor();
   NetnsExecutor(const NetnsExecutor&) = delete;
   NetnsExecutor& operator=(const NetnsExecutor&) = delete;
