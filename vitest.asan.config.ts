@@ -33,9 +33,11 @@ process.env['NODE_OPTIONS'] = [process.env['NODE_OPTIONS'], `--import=data:text/
 /**
  * Not run under the sanitizers: the soak measures the RSS growth of the normal allocator over
  * 5,000 cycles; ASan's quarantine (freed memory held back to catch use-after-free) and shadow
- * memory grow it by design, and the cycles alone take over 2 minutes under ASan.
+ * memory grow it by design, and the cycles alone take over 2 minutes under ASan. The idle-cost
+ * test bounds the CPU share of 330 watched pods (< 1% of a core, 0.3-0.35% with the normal
+ * build): the instrumented poll and drain code triples it (1.03% measured), by design too.
  */
-const EXCLUDED = ['test/priv/soak.test.ts'];
+const EXCLUDED = ['test/priv/soak.test.ts', 'test/priv/reconcile-idle.test.ts'];
 
 interface ProjectLike {
   test?: { name?: string; exclude?: string[]; testTimeout?: number; hookTimeout?: number; [k: string]: unknown };
