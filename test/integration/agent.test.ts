@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent } from '../../src/agent/agent.js';
-import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
+import type { AgentConfig } from '../../src/agent/config.js';
 import { PodStateStore } from '../../src/standalone/state-store.js';
 import { StandaloneMode } from '../../src/standalone/standalone-mode.js';
 import { FakeNetAddon, type FakeNamespace } from '../fakes/fake-net-addon.js';
@@ -17,6 +17,7 @@ import { HEALTH_ROUTES } from '../../src/agent/health-server.js';
 import { METRICS_ROUTES } from '../../src/ops/metrics.js';
 import { main } from '../../src/cli/main.js';
 import { netconf, runPlugin } from '../helpers/plugin-exec.js';
+import { testAgentConfig } from '../helpers/agent-config.js';
 
 const listing = readFileSync(new URL('../fixtures/default-inpod.listing.nft', import.meta.url), 'utf8');
 
@@ -50,25 +51,11 @@ describe('standalone agent', () => {
 
   beforeEach(async () => {
     dir = mkdtempSync(join(tmpdir(), 'agent-'));
-    config = loadAgentConfig(
-      [
-        '--run-dir',
-        join(dir, 'run'),
-        '--zds-socket',
-        join(dir, 'ztunnel', 'z.sock'),
-        '--netns-root',
-        '/host',
-        '--health-port',
-        '0',
-        '--metrics-port',
-        '0',
-        '--ipv6',
-        'false',
-        '--exclude-namespaces',
-        'kube-system',
-      ],
-      {},
-    );
+    config = testAgentConfig(dir, {
+      zdsSocket: join(dir, 'ztunnel', 'z.sock'),
+      netnsRoot: '/host',
+      flags: ['--ipv6', 'false', '--exclude-namespaces', 'kube-system'],
+    });
     addon = new FakeNetAddon({ realFds: true });
     addon.fresh.listing = listing;
     pods = {};

@@ -7,13 +7,14 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { NetnsHandle } from '../../src/addon/net-addon.js';
 import { Agent } from '../../src/agent/agent.js';
-import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
+import type { AgentConfig } from '../../src/agent/config.js';
 import { KubernetesMode } from '../../src/kube/kube-mode.js';
 import { loadKubeConfig } from '../../src/kube/client.js';
 import { FakeNetAddon, type FakeNamespace } from '../fakes/fake-net-addon.js';
 import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { postUnix } from '../helpers/unix-http.js';
+import { testAgentConfig } from '../helpers/agent-config.js';
 
 const NODE = 'node-1';
 const AMBIENT = { 'istio.io/dataplane-mode': 'ambient' };
@@ -137,25 +138,7 @@ describe('Kubernetes mode', () => {
     addon = new FakeNetAddon({ realFds: true });
     host = new FakeHost();
     netns.clear();
-    config = loadAgentConfig(
-      [
-        '--run-dir',
-        join(dir, 'run'),
-        '--zds-socket',
-        join(dir, 'z.sock'),
-        '--netns-root',
-        '',
-        '--health-port',
-        '0',
-        '--metrics-port',
-        '0',
-        '--ipv6',
-        'false',
-        '--exclude-namespaces',
-        'kube-system',
-      ],
-      {},
-    );
+    config = testAgentConfig(dir, { flags: ['--ipv6', 'false', '--exclude-namespaces', 'kube-system'] });
     api.upsertNamespace({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop', labels: {} } } as FakeObject);
     api.upsertNamespace({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'kube-system', labels: { ...AMBIENT } } } as FakeObject);
   });

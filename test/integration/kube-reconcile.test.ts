@@ -8,12 +8,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent } from '../../src/agent/agent.js';
-import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
+import type { AgentConfig } from '../../src/agent/config.js';
 import { FakeNetAddon } from '../fakes/fake-net-addon.js';
 import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { kubeModeTestAgent, TEST_NODE } from '../helpers/kube-agent.js';
 import { waitUntil } from '../helpers/wait.js';
+import { testAgentConfig } from '../helpers/agent-config.js';
 
 const NODE = TEST_NODE;
 const REDIRECTION = 'ambient.istio.io/redirection';
@@ -62,23 +63,7 @@ describe('Kubernetes mode: live reconciliation', () => {
     await api.start();
     addon = new FakeNetAddon({ realFds: true });
     sandboxOf.clear();
-    config = loadAgentConfig(
-      [
-        '--run-dir',
-        join(dir, 'run'),
-        '--zds-socket',
-        join(dir, 'z.sock'),
-        '--netns-root',
-        '',
-        '--health-port',
-        '0',
-        '--metrics-port',
-        '0',
-        '--ipv6',
-        'false',
-      ],
-      {},
-    );
+    config = testAgentConfig(dir, { flags: ['--ipv6', 'false'] });
     api.upsertNamespace({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop', labels: {} } } as FakeObject);
   });
 

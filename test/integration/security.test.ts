@@ -9,10 +9,11 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Agent } from '../../src/agent/agent.js';
 import { StandaloneMode } from '../../src/standalone/standalone-mode.js';
-import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
+import type { AgentConfig } from '../../src/agent/config.js';
 import { FakeNetAddon } from '../fakes/fake-net-addon.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { postUnix } from '../helpers/unix-http.js';
+import { testAgentConfig } from '../helpers/agent-config.js';
 
 const isRoot = process.getuid?.() === 0;
 const NOBODY = 65534;
@@ -35,21 +36,7 @@ describe('agent sockets and files are root-only', () => {
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'agent-sec-'));
     chmodSync(dir, 0o755); // only the agent's own modes may keep others out
-    config = loadAgentConfig(
-      [
-        '--run-dir',
-        join(dir, 'run'),
-        '--zds-socket',
-        join(dir, 'ztunnel', 'z.sock'),
-        '--netns-root',
-        '/host',
-        '--health-port',
-        '0',
-        '--metrics-port',
-        '0',
-      ],
-      {},
-    );
+    config = testAgentConfig(dir, { zdsSocket: join(dir, 'ztunnel', 'z.sock'), netnsRoot: '/host' });
     const addon = new FakeNetAddon({ realFds: true });
     addon.addNetns('/host/var/run/netns/web');
     agent = new Agent(config, { addon, makeMode: (d) => new StandaloneMode(d) });

@@ -14,7 +14,6 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { NativeNetAddon, type NetnsHandle } from '../../src/addon/net-addon.js';
 import { currentThreadNetns } from '../helpers/netns-files.js';
 import { Agent } from '../../src/agent/agent.js';
-import { loadAgentConfig } from '../../src/agent/config.js';
 import { KubernetesMode } from '../../src/kube/kube-mode.js';
 import { chooseBackend } from '../../src/host/backend-fallback.js';
 import { HostDataplane } from '../../src/host/host-dataplane.js';
@@ -35,6 +34,7 @@ import {
   type TestNetns,
 } from '../helpers/netns.js';
 import { destroyTrafficClients, exchangeFrom, TrafficServer, uniqueToken } from '../helpers/traffic.js';
+import { testAgentConfig } from '../helpers/agent-config.js';
 
 requirePrivilegedInCi();
 const skip = privilegedSkipReason();
@@ -212,25 +212,10 @@ describe.skipIf(skip)(`host netns switch (ALLOW_SWITCH_TO_HOST_NS)${skip ? ` —
     });
 
     async function startAgent(allowSwitch: boolean, backend: 'nftables' | 'iptables' = 'iptables'): Promise<Agent> {
-      const config = loadAgentConfig(
-        [
-          '--run-dir',
-          join(dir, 'run'),
-          '--zds-socket',
-          join(dir, 'z.sock'),
-          '--netns-root',
-          '',
-          '--health-port',
-          '0',
-          '--metrics-port',
-          '0',
-          '--proc-dir',
-          procDir,
-          '--backend',
-          backend,
-        ],
-        { ALLOW_SWITCH_TO_HOST_NS: String(allowSwitch) },
-      );
+      const config = testAgentConfig(dir, {
+        flags: ['--proc-dir', procDir, '--backend', backend],
+        env: { ALLOW_SWITCH_TO_HOST_NS: String(allowSwitch) },
+      });
       const log = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
       const kc = loadKubeConfig({ kubeconfig: api.kubeconfigPath })!;
       agent = new Agent(config, {

@@ -15,12 +15,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NativeNetAddon } from '../../src/addon/net-addon.js';
 import { Agent } from '../../src/agent/agent.js';
 import { debugSocketPath, getDebug } from '../../src/agent/debug-server.js';
-import { loadAgentConfig } from '../../src/agent/config.js';
 import { FakeKubeApi, type FakeObject } from '../helpers/fake-kube-api.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { kubeModeTestAgent, TEST_NODE } from '../helpers/kube-agent.js';
 import { createNetns, deleteNetns, execIn, ipIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
 import { waitUntil } from '../helpers/wait.js';
+import { testAgentConfig } from '../helpers/agent-config.js';
 
 requirePrivilegedInCi();
 const skip = privilegedSkipReason();
@@ -60,23 +60,7 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
     wire(podNs, 'a');
     sandboxOf.set('uid-web', podNs.path);
     const addon = new NativeNetAddon();
-    const config = loadAgentConfig(
-      [
-        '--run-dir',
-        join(dir, 'run'),
-        '--zds-socket',
-        join(dir, 'z.sock'),
-        '--netns-root',
-        '',
-        '--health-port',
-        '0',
-        '--metrics-port',
-        '0',
-        '--ipv6',
-        'false',
-      ],
-      {},
-    );
+    const config = testAgentConfig(dir, { flags: ['--ipv6', 'false'] });
     api.upsertNamespace({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop', labels: {} } } as FakeObject);
     api.upsertPod({
       apiVersion: 'v1',

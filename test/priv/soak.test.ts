@@ -11,13 +11,14 @@ import { runInNewContext } from 'node:vm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fdCount } from '../helpers/netns-files.js';
 import { Agent } from '../../src/agent/agent.js';
-import { loadAgentConfig, type AgentConfig } from '../../src/agent/config.js';
+import type { AgentConfig } from '../../src/agent/config.js';
 import { StandaloneMode } from '../../src/standalone/standalone-mode.js';
 import { STATE_DIR } from '../../src/standalone/state-store.js';
 import { hasNoRules, netnsFds } from '../helpers/fault-env.js';
 import { FakeZtunnel } from '../helpers/fake-ztunnel.js';
 import { createNetns, deleteAllNetns, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
 import { postUnix } from '../helpers/unix-http.js';
+import { testAgentConfig } from '../helpers/agent-config.js';
 
 requirePrivilegedInCi();
 const skip = privilegedSkipReason();
@@ -91,23 +92,7 @@ describe.skipIf(skip)(`soak: ${CYCLES} add/delete cycles through the agent${skip
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'ana-soak-'));
     for (let i = 0; i < NAMESPACES; i++) namespaces.push(createNetns('soak'));
-    config = loadAgentConfig(
-      [
-        '--kube-mode',
-        'none',
-        '--run-dir',
-        join(dir, 'run'),
-        '--zds-socket',
-        join(dir, 'ztunnel.sock'),
-        '--netns-root',
-        '',
-        '--health-port',
-        '0',
-        '--metrics-port',
-        '0',
-      ],
-      {},
-    );
+    config = testAgentConfig(dir, { zdsSocket: join(dir, 'ztunnel.sock'), flags: ['--kube-mode', 'none'] });
     agent = new Agent(config, { makeMode: (d) => new StandaloneMode(d) });
     await agent.start();
     ztunnel = await FakeZtunnel.connect(config.zdsSocket, { maxMessages: 100 });
