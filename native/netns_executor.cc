@@ -112,7 +112,7 @@ bool NetnsExecutor::RunJob(NetnsJob* job) {
 // preempts the worker. The event loop coordinates every pod (it tells ztunnel the moment lo is
 // up); it must not sit behind a netns visit on its own CPU while the other one idles. Best
 // effort: the policy only lowers our own priority, so it needs no capability.
-void NetnsExecutor::YieldToEventLoop() {
+void NetnsExecutor::RunAsBatchThread() {
   sched_param param{};
   param.sched_priority = 0;
   pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
@@ -132,7 +132,7 @@ void NetnsExecutor::WorkerMain() {
   // A worker that cannot even reach home at birth is not replaced: that would loop forever.
   SysError birth;
   if (!ReturnHome(&birth)) return RetireUnborn(birth);
-  YieldToEventLoop();
+  RunAsBatchThread();
   bool healthy = true;
   while (healthy) {
     std::unique_ptr<NetnsJob> job = NextJob();

@@ -63,7 +63,7 @@ class NetnsExecutor {
  private:
   void StartWorkerLocked();
   void WorkerMain();
-  static void YieldToEventLoop();
+  static void RunAsBatchThread();
   std::unique_ptr<NetnsJob> NextJob();
   bool RunJob(NetnsJob* job);
   bool ReturnHome(SysError* err);
