@@ -18,6 +18,7 @@ import { join } from 'node:path';
 
 import { routingApplySteps } from '../src/rules/routing.js';
 import { ZdsServer } from '../src/zds/server.js';
+import { imageAgentRuntime, type AgentRuntime } from './image-runtime.js';
 import { describeIstioSequence, runIstioSequence, type IstioInputs } from './istio-sequences.js';
 import { NativeZdsPeer } from './zds-peer.js';
 import { IptablesInpodRules } from '../src/rules/iptables-manager.js';
@@ -104,6 +105,7 @@ interface Results {
   /** The native peer's own add -> ack time, per onboarding pod. */
   peerAck: number[];
   istioInputs?: IstioInputs;
+  agentRuntime?: AgentRuntime;
   notes: string[];
 }
 
@@ -353,7 +355,13 @@ function report(r: Results): { markdown: string; last: string[] } {
   const lines = [
     `# ambient-node-agent node benchmark`,
     ``,
-    `host: kernel ${release()}, ${cpus().length} CPUs, node ${process.version}, ${tool(['iptables', '--version'])}, ${tool(['nft', '--version'])}; ${new Date().toISOString()}`,
+    `host: kernel ${release()}, ${cpus().length} CPUs, node ${process.version} (the bench), ${tool(['iptables', '--version'])}, ${tool(['nft', '--version'])}; ${new Date().toISOString()}`,
+    ``,
+    `agent: node ${r.agentRuntime?.version ?? 'n/a'} (${r.agentRuntime?.source ?? 'n/a'}), ${
+      Object.entries(r.agentRuntime?.env ?? {})
+        .map(([k, v]) => `${k}=${v}`)
+        .join(' ') || 'no Node variables'
+    } (the image's final stage)`,
     ``,
     `## Per-pod onboarding (${r.pods} pods, one after another, rounds of <= ${ROUND_MAX})`,
     ``,
@@ -492,7 +500,15 @@ async function main(): Promise<void> {
   };
   const only = readPhases();
   const wanted = (name: string): boolean => only === undefined || only.has(name);
-  const env = new DemoEnvironment({ subnet: 177, agentNodeArgs: readAgentNodeArgs(), ztunnel: 'external', runDirOnTmpfs: true });
+  // The agent runs on the image's Node with the image's NODE_OPTIONS (bench/image-runtime.ts).
+  r.agentRuntime = imageAgentRuntime();
+  const env = new DemoEnvironment({
+    subnet: 177,
+    agentNodeArgs: readAgentNodeArgs(),
+    agentRuntime: r.agentRuntime,
+    ztunnel: 'external',
+    runDirOnTmpfs: true,
+  });
   let peer: NativeZdsPeer | undefined;
   const pool = new NetnsPool();
   let pods: BenchPods | undefined;
@@ -505,6 +521,7 @@ async function main(): Promise<void> {
       pool.destroyAll();
       await env.tearDown().catch(() => undefined);
       await peer?.stop();
+      r.agentRuntime?.dispose();
     })());
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     process.once(signal, () => {

@@ -2,7 +2,8 @@
 // 0750 run dir, like the plugin sockets), never on the network: /debug/pods names every pod with
 // its netns and verifies each pod's rules on request (a ruleset listing per pod), which nobody
 // outside the node should see or be able to trigger. `ambient-node-agent pods` reads it.
-import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { http } from '../util/node-http.js';
 import { join } from 'node:path';
 import { closeServer, listenPrivateSocket } from '../util/http-server.js';
 
@@ -23,7 +24,7 @@ export class DebugServer {
   ) {}
 
   async start(): Promise<void> {
-    const server = createServer((req, res) => this.#route(req, res));
+    const server = http.createServer((req, res) => this.#route(req, res));
     await listenPrivateSocket(server, this.socketPath);
     this.#server = server;
   }
@@ -47,7 +48,7 @@ export class DebugServer {
 /** GET <path> on the debug socket: status and body (for `ambient-node-agent pods`). */
 export function getDebug(socketPath: string, path: string, timeoutMs = 30_000): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = request({ socketPath, path, method: 'GET', timeout: timeoutMs }, (res) => {
+    const req = http.request({ socketPath, path, method: 'GET', timeout: timeoutMs }, (res) => {
       let text = '';
       res.setEncoding('utf8').on('data', (c: string) => (text += c));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));

@@ -2,7 +2,8 @@
 // posts CNI ADD/DEL/CHECK. Only root may connect (socket 0600 in a 0750 directory). Replies:
 // 200 done, 400 unusable body (every field is validated), 413 body over 64 KiB, 404/405 wrong
 // route or method, 500 with the reason (the plugin fails the sandbox with it).
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { http } from '../util/node-http.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { closeServer, listenPrivateSocket } from '../util/http-server.js';
 import { isCniIdentifier, isDnsLabel, isDnsSubdomain, isPlainIp, MAX_CONTAINER_ID_BYTES, netnsPathProblem } from '../cni/fields.js';
@@ -254,7 +255,7 @@ export class PluginEventServer {
   }
 
   async start(): Promise<void> {
-    const server = createServer((req, res) => void this.#handle(req, res));
+    const server = http.createServer((req, res) => void this.#handle(req, res));
     await listenPrivateSocket(server, this.socketPath);
     this.#server = server;
     this.#log.info({ socket: this.socketPath }, 'plugin-event server listening');

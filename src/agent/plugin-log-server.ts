@@ -7,7 +7,8 @@
 // Only root may connect (socket 0600 in a 0750 directory). Replies: 200 (lines that are not
 // JSON objects are skipped and counted, as Istio does), 400 when the body is not a JSON array,
 // 404 for another path, 405 for another method, 413 past 1 MiB.
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { http } from '../util/node-http.js';
 import type { ScopeLevels } from '../ops/log-levels.js';
 import { scopeLogger, type Logger } from '../ops/log.js';
 import { closeServer, listenPrivateSocket } from '../util/http-server.js';
@@ -130,7 +131,7 @@ export class PluginLogServer {
   }
 
   async start(): Promise<void> {
-    const server = createServer((req, res) => void this.#handle(req, res));
+    const server = http.createServer((req, res) => void this.#handle(req, res));
     await listenPrivateSocket(server, this.socketPath);
     this.#server = server;
     this.#log.info({ socket: this.socketPath }, 'plugin log server listening');

@@ -62,6 +62,11 @@ export interface DemoOptions {
   log?: (line: string) => void;
   /** Extra Node.js flags for the agent process (the node benchmark profiles with --cpu-prof). */
   agentNodeArgs?: string[];
+  /**
+   * The Node.js binary that runs the agent and the variables the image gives it (the node
+   * benchmark runs the image's Node and NODE_OPTIONS); default: this process's Node, no variables.
+   */
+  agentRuntime?: { node: string; env: Record<string, string> };
   /** Extra `run` flags for the agent (after the demo's own, so they win). */
   agentArgs?: string[];
   runtime?: DemoRuntime;
@@ -136,6 +141,7 @@ export class DemoEnvironment {
   readonly #podNames: string[];
   readonly #log: (line: string) => void;
   readonly #agentNodeArgs: string[];
+  readonly #agentRuntime: { node: string; env: Record<string, string> };
   readonly #agentArgs: string[];
   readonly #runtimeKind: DemoRuntime;
   readonly #runDirOnTmpfs: boolean;
@@ -154,6 +160,7 @@ export class DemoEnvironment {
     this.#subnet = `10.248.${options.subnet ?? 77}`;
     this.#log = options.log ?? (() => {});
     this.#agentNodeArgs = options.agentNodeArgs ?? [];
+    this.#agentRuntime = options.agentRuntime ?? { node: process.execPath, env: {} };
     this.#ztunnel = options.ztunnel ?? 'stand-in';
     this.#agentArgs = options.agentArgs ?? [];
     this.#runtimeKind = options.runtime ?? 'cni';
@@ -268,9 +275,9 @@ export class DemoEnvironment {
       ...this.#agentArgs,
     ];
     const logFile = createWriteStream(this.agentLog, { flags: 'a' });
-    const agent = spawn(process.execPath, args, {
+    const agent = spawn(this.#agentRuntime.node, args, {
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin' },
+      env: { ...this.#agentRuntime.env, PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin' },
     });
     agent.stdout?.pipe(logFile);
     agent.stderr?.pipe(logFile);

@@ -1,7 +1,22 @@
 // Prometheus metrics with Istio's names (docs/istio-behaviours.md §6.1) plus latency histograms
 // of our own, on --metrics-port /metrics.
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { createRequire } from 'node:module';
+import type * as PromClient from 'prom-client';
 import { PortServer } from '../util/http-server.js';
+
+// prom-client's index also loads its Pushgateway (Node's https and TLS) and, at once, its default
+// process metrics (@opentelemetry/api among them): 30-50 ms of a restarted agent's start on Node
+// 24 before it can serve ztunnel the snapshot, and 22 MB of RSS where the files below cost 4 MB
+// plus 11 MB for the process metrics. So the modules come from their own files (the ones the index
+// exports; prom-client is pinned, and test/unit/metrics.test.ts checks they are its classes), and
+// the process metrics load on the first scrape (processMetrics()).
+const require = createRequire(import.meta.url);
+const Registry = require('prom-client/lib/registry') as typeof PromClient.Registry;
+const Counter = require('prom-client/lib/counter') as typeof PromClient.Counter;
+const Gauge = require('prom-client/lib/gauge') as typeof PromClient.Gauge;
+const Histogram = require('prom-client/lib/histogram') as typeof PromClient.Histogram;
+const loadDefaultMetrics = (): typeof PromClient.collectDefaultMetrics =>
+  require('prom-client/lib/defaultMetrics') as typeof PromClient.collectDefaultMetrics;
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
@@ -85,8 +100,23 @@ export class AgentMetrics {
     registers: [this.registry],
   });
 
-  constructor() {
-    collectDefaultMetrics({ register: this.registry });
+  #processMetrics = false;
+
+  /**
+   * Node's process metrics (CPU, memory, fds, event loop lag, GC), registered once, on the first
+   * scrape: counters such as the CPU seconds are read from the process at each scrape and lose
+   * nothing; the event-loop and GC histograms start counting then.
+   */
+  processMetrics(): void {
+    if (this.#processMetrics) return;
+    loadDefaultMetrics()({ register: this.registry });
+    this.#processMetrics = true;
+  }
+
+  /** The exposition text of every metric (what /metrics answers). */
+  text(): Promise<string> {
+    this.processMetrics();
+    return this.registry.metrics();
   }
 }
 
@@ -99,7 +129,7 @@ export class MetricsServer extends PortServer {
     super(
       (req, res) => {
         if ((req.url ?? '').split('?')[0] !== '/metrics') return void res.writeHead(404).end('not found\n');
-        metrics.registry.metrics().then(
+        metrics.text().then(
           (text) => res.writeHead(200, { 'Content-Type': metrics.registry.contentType }).end(text),
           (err: Error) => res.writeHead(500).end(err.message),
         );

@@ -1,6 +1,7 @@
 // Starting and stopping Node HTTP servers as promises (shared by the agent's small servers).
 import { chmodSync, lstatSync, mkdirSync, rmSync } from 'node:fs';
-import { createServer, type RequestListener, type Server } from 'node:http';
+import type { RequestListener, Server } from 'node:http';
+import { http } from './node-http.js';
 import { dirname } from 'node:path';
 
 /** Listens on a TCP port (with host) or a Unix socket path (without), rejecting on error. */
@@ -62,7 +63,7 @@ export class PortServer {
   }
 
   async start(): Promise<void> {
-    const server = createServer(this.handler);
+    const server = http.createServer(this.handler);
     await listen(server, this.port, this.host);
     this.#server = server;
   }

@@ -26,6 +26,7 @@ import type {
 } from '@kubernetes/client-node';
 import { loadAll } from 'js-yaml';
 import { parseInstallCniArgs } from '../../src/cli/install-cni-command.js';
+import { imageNodeEnv } from '../../bench/image-runtime.js';
 import { DaemonSet } from 'kubernetes-models/apps/v1/DaemonSet';
 import { ClusterRole } from 'kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRole';
 import { ClusterRoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRoleBinding';
@@ -333,6 +334,8 @@ const READ_ELSEWHERE: Record<string, string> = {
   AMBIENT_NATIVE_ADDON: 'src/addon/binding.ts: another path for ambient_native.node',
 };
 const isRead = (name: string): boolean => AGENT_ENV.has(name) || name in READ_ELSEWHERE;
+/** The image's variables for the process itself, not the agent: read by the shell's exec, Node and glibc. */
+const RUNTIME_ENV = ['PATH', 'NODE_OPTIONS', 'NODE_COMPILE_CACHE', 'MALLOC_ARENA_MAX'];
 
 /** Every env var the container gets: env[] names and the keys envFrom/configMapKeyRef bring in. */
 function containerEnv(): { names: string[]; values: Record<string, string> } {
@@ -613,13 +616,27 @@ describe('Dockerfile (static checks; npm run test:image runs the built image)', 
       .body.filter((i) => i.op === 'USER')
       .map((i) => i.args);
     expect(users.every((u) => u === 'root' || u === '0')).toBe(true);
-    expect(Object.keys(dockerfileEnv()).filter((n) => n !== 'PATH' && n !== 'NODE_OPTIONS' && !isRead(n))).toEqual([]);
+    expect(Object.keys(dockerfileEnv()).filter((n) => !RUNTIME_ENV.includes(n) && !isRead(n))).toEqual([]);
   });
 
-  it("gives Node 24 Node 20's young-generation ceiling, and CI's Node 24 run uses the same flags", () => {
-    const flags = dockerfileEnv()['NODE_OPTIONS'];
-    expect(flags).toBe('--max-semi-space-size=16');
-    expect(read('scripts/test-node-lts.sh')).toContain(`export NODE_OPTIONS="${flags}\${NODE_OPTIONS:+ $NODE_OPTIONS}"`);
+  it("gives Node 24 Node 20's young-generation ceiling and two malloc arenas, and CI's Node 24 run uses the same variables", () => {
+    const env = dockerfileEnv();
+    expect(env['NODE_OPTIONS']).toBe('--max-semi-space-size=16');
+    expect(env['MALLOC_ARENA_MAX']).toBe('2');
+    const script = read('scripts/test-node-lts.sh');
+    expect(script).toContain(`export NODE_OPTIONS="${env['NODE_OPTIONS']}\${NODE_OPTIONS:+ $NODE_OPTIONS}"`);
+    expect(script).toContain(`export MALLOC_ARENA_MAX=${env['MALLOC_ARENA_MAX']}\n`);
+  });
+
+  it("fills Node's compile cache at build time, at the final stage's NODE_COMPILE_CACHE, with the app's modules", () => {
+    const cache = dockerfileEnv()['NODE_COMPILE_CACHE'];
+    expect(cache).toBe('/app/compile-cache');
+    expect(runCommands(rootfsStage())).toContain(`NODE_COMPILE_CACHE=${cache} node scripts/warm-compile-cache.mjs /app`);
+    const script = copies(rootfsStage()).find((c) => c.dest === '/app/scripts/warm-compile-cache.mjs');
+    expect(script?.sources).toEqual(['scripts/warm-compile-cache.mjs']);
+    // The node benchmark runs its agent with the same variables (and a cache warmed the same way).
+    const runtime = Object.fromEntries(Object.entries(dockerfileEnv()).filter(([n]) => n.startsWith('NODE_') || n.startsWith('MALLOC_')));
+    expect(imageNodeEnv(dockerfile)).toEqual(runtime);
   });
 
   it('copies from the build context only files that exist and that .dockerignore keeps', () => {

@@ -1,0 +1,35 @@
+#!/usr/bin/env node
+// Fills Node's on-disk compile cache (NODE_COMPILE_CACHE, Node >= 22.1) with every module the
+// agent can load: dist/src and, through it, the production node_modules it imports. The agent
+// started later with the same Node, the same NODE_OPTIONS and the same NODE_COMPILE_CACHE reads
+// V8's code for its modules from there instead of compiling them, which is most of what a
+// restarted agent spends before it serves ztunnel its snapshot (README, Benchmarks: restart).
+// The image runs it at build time (Dockerfile); the node benchmark runs it for the agent it starts.
+// Nothing runs: modules are imported only (cli/main.js starts a command only as the entry point).
+// Usage: NODE_COMPILE_CACHE=<dir> node scripts/warm-compile-cache.mjs [app root, default: this repo]
+import { readdirSync } from 'node:fs';
+import module from 'node:module';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const root = resolve(process.argv[2] ?? join(dirname(fileURLToPath(import.meta.url)), '..'));
+if (!process.env['NODE_COMPILE_CACHE'] || typeof module.flushCompileCache !== 'function') {
+  process.stderr.write(`warm-compile-cache: needs NODE_COMPILE_CACHE and Node >= 22.1 (this is ${process.version})\n`);
+  process.exit(1);
+}
+const status = module.getCompileCacheDir?.();
+if (!status) {
+  process.stderr.write(`warm-compile-cache: Node did not enable its compile cache in ${process.env['NODE_COMPILE_CACHE']}\n`);
+  process.exit(1);
+}
+
+function modules(dir) {
+  return readdirSync(dir, { withFileTypes: true })
+    .sort((a, b) => a.name.localeCompare(b.name))
+    .flatMap((e) => (e.isDirectory() ? modules(join(dir, e.name)) : e.name.endsWith('.js') ? [join(dir, e.name)] : []));
+}
+
+const files = modules(join(root, 'dist', 'src'));
+for (const file of files) await import(pathToFileURL(file).href);
+module.flushCompileCache();
+process.stdout.write(`warm-compile-cache: ${files.length} modules of ${root} (and what they import) cached in ${status}\n`);

@@ -1,0 +1,8 @@
+// node:http for the agent's servers and clients, loaded with require(): on Node 24 an ES import
+// of node:http evaluates every one of its exports, and one of them (a lazy getter) loads Node's
+// bundled undici, ~35 ms of a restarted agent's start before it serves ztunnel (require leaves
+// it lazy; Node 20 has no such getter). Types still come from `import type ... 'node:http'`.
+import { createRequire } from 'node:module';
+import type * as NodeHttp from 'node:http';
+
+export const http = createRequire(import.meta.url)('node:http') as typeof NodeHttp;
