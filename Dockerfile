@@ -98,14 +98,15 @@ COPY --from=rootfs / /
 ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/cni/bin
 # The plugin binary the installer copies into the host's CNI bin dir (--plugin-source).
 ENV CNI_PLUGIN_SOURCE=/opt/cni/bin/istio-cni
-# Node 24's V8 lets the young generation grow to 2 x 32 MB semi-spaces (Node 20: 2 x 16 MB), and
-# it stays committed: +36 MB of RSS under a steady pod churn (test/priv/soak.test.ts) for no
-# retained data. Node 20's ceiling keeps the agent's RSS where it was measured (README,
-# Benchmarks); the agent's allocation rate is low, so the extra scavenges cost nothing visible.
-# glibc gives every thread that mallocs an arena of its own (the netns threads, libuv's, V8's):
-# two arenas are -3.5 MB of RSS with 110 pods (npm run bench:node runs the agent on this Node with
-# these variables). scripts/test-node-lts.sh runs the tests on Node 24 with the same variables.
-ENV NODE_OPTIONS=--max-semi-space-size=16
+# Node 24's memory, as npm run bench:node measures it (it runs the agent on this Node with these
+# variables): V8 grows the young generation up to 2 x 32 MB semi-spaces (Node 20: 2 x 16 MB) and
+# keeps it committed: +36 MB of RSS under a steady pod churn (test/priv/soak.test.ts), +6 MB with
+# 110 pods after 200 ADDs and their /metrics scrapes even at Node 20's ceiling, for no retained
+# data. 4 MB semi-spaces keep it at 2 x 4 MB (-6 MB there); the agent allocates little, and the
+# extra scavenges did not move the ADD latency or the burst measurably. glibc gives every thread that mallocs an arena of its own (the netns
+# threads, libuv's, V8's): two arenas are -3.5 MB. scripts/test-node-lts.sh runs the tests on
+# Node 24 with the same variables.
+ENV NODE_OPTIONS=--max-semi-space-size=4
 ENV MALLOC_ARENA_MAX=2
 # V8's code for every module the agent loads, compiled at build time (the rootfs stage): a restarted
 # agent reads it instead of compiling (~20 ms of a standalone restart, ~70 ms more with the
