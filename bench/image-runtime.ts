@@ -1,6 +1,7 @@
 // The Node.js that runs the agent in the node benchmark: the one the image runs (Dockerfile: the
-// node:24 base, the LTS) with the variables the image's final stage sets for Node (NODE_OPTIONS),
-// read from the Dockerfile itself so the two cannot drift. The binary is the pinned official
+// node:24 base, the LTS) with the variables the image's final stage sets for Node and glibc
+// (NODE_OPTIONS, MALLOC_ARENA_MAX, NODE_COMPILE_CACHE, whose cache is warmed here as the image's
+// build warms its own), read from the Dockerfile itself so the two cannot drift. The binary is the pinned official
 // release scripts/node-lts.mjs fetches once (the one `npm run test:node-lts` runs on).
 // BENCH_AGENT_NODE=<path to node> runs the agent on another binary (e.g. this machine's Node 20,
 // to compare); the image's variables are kept.
@@ -14,7 +15,7 @@ import { projectRoot } from '../src/project-root.js';
 export interface AgentRuntime {
   node: string;
   version: string;
-  /** Variables for Node from the image's final stage (NODE_OPTIONS, ...). */
+  /** The image's variables for Node and glibc, NODE_COMPILE_CACHE pointing at this run's cache. */
   env: Record<string, string>;
   /** Where the binary came from, for the bench's notes. */
   source: string;
@@ -22,7 +23,7 @@ export interface AgentRuntime {
   dispose(): void;
 }
 
-/** Node's own variables the image's final stage sets (`ENV NODE_...=`), as the container gets them. */
+/** The variables for Node and glibc the image's final stage sets (`ENV NODE_...=`, `ENV MALLOC_...=`). */
 export function imageNodeEnv(dockerfile: string): Record<string, string> {
   const stages = dockerfile.split(/^FROM\s/m);
   const final = stages[stages.length - 1] ?? '';

@@ -64,7 +64,8 @@ export interface DemoOptions {
   agentNodeArgs?: string[];
   /**
    * The Node.js binary that runs the agent and the variables the image gives it (the node
-   * benchmark runs the image's Node and NODE_OPTIONS); default: this process's Node, no variables.
+   * benchmark runs the image's Node with the image's NODE_OPTIONS, MALLOC_ARENA_MAX and compile
+   * cache); default: this process's Node, no variables.
    */
   agentRuntime?: { node: string; env: Record<string, string> };
   /** Extra `run` flags for the agent (after the demo's own, so they win). */
