@@ -6,8 +6,8 @@ import { PortServer } from '../util/http-server.js';
 
 // prom-client's index also loads its Pushgateway (Node's https and TLS) and, at once, its default
 // process metrics (@opentelemetry/api among them): 30-50 ms of a restarted agent's start on Node
-// 24 before it can serve ztunnel the snapshot, and up to 22 MB of RSS where the four files below
-// cost about 4 MB. So the classes come from their own files (the modules the index
+// 24 before it can serve ztunnel the snapshot (22 MB of RSS in a bare Node 24, the four files
+// below about 4 MB). So the classes come from their own files (the modules the index
 // exports; prom-client is pinned, and test/unit/metrics.test.ts checks they are its classes), and
 // the process metrics load on the first scrape (processMetrics()).
 const require = createRequire(import.meta.url);
