@@ -103,9 +103,9 @@ ENV CNI_PLUGIN_SOURCE=/opt/cni/bin/istio-cni
 # keeps it committed: +36 MB of RSS under a steady pod churn (test/priv/soak.test.ts), +6 MB with
 # 110 pods after 200 ADDs and their /metrics scrapes even at Node 20's ceiling, for no retained
 # data. 4 MB semi-spaces keep it at 2 x 4 MB (-6 MB there); the agent allocates little, and the
-# extra scavenges did not move the ADD latency or the burst measurably. glibc gives every thread that mallocs an arena of its own (the netns
-# threads, libuv's, V8's): two arenas are -3.5 MB. scripts/test-node-lts.sh runs the tests on
-# Node 24 with the same variables.
+# extra scavenges did not move the ADD latency or the burst measurably. glibc gives every thread
+# that mallocs an arena of its own (the netns threads, libuv's, V8's): two arenas are -3.5 MB.
+# scripts/test-node-lts.sh runs the tests on Node 24 with the same variables.
 ENV NODE_OPTIONS=--max-semi-space-size=4
 ENV MALLOC_ARENA_MAX=2
 # V8's code for every module the agent loads, compiled at build time (the rootfs stage): a restarted
