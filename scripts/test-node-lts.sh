@@ -10,9 +10,11 @@ cd "$(dirname "$0")/.."
 
 bin=$(node scripts/node-lts.mjs)
 export PATH="$bin:$PATH"
-# As the image runs Node 24 (Dockerfile, ENV NODE_OPTIONS and MALLOC_ARENA_MAX; a unit test keeps
-# them equal). The image's compile cache is left out: the tests load freshly built modules.
+# As the image runs Node 24 (Dockerfile, ENV NODE_OPTIONS and MALLOC_*; a unit test keeps them
+# equal). The image's compile cache is left out: the tests load freshly built modules.
 export NODE_OPTIONS="--max-semi-space-size=4${NODE_OPTIONS:+ $NODE_OPTIONS}"
 export MALLOC_ARENA_MAX=2
-echo "test-node-lts: $(command -v node) $(node --version), NODE_OPTIONS=$NODE_OPTIONS MALLOC_ARENA_MAX=$MALLOC_ARENA_MAX"
+export MALLOC_TRIM_THRESHOLD_=131072
+export MALLOC_MMAP_THRESHOLD_=131072
+echo "test-node-lts: $(command -v node) $(node --version), NODE_OPTIONS=$NODE_OPTIONS MALLOC_ARENA_MAX=$MALLOC_ARENA_MAX MALLOC_TRIM_THRESHOLD_=$MALLOC_TRIM_THRESHOLD_ MALLOC_MMAP_THRESHOLD_=$MALLOC_MMAP_THRESHOLD_"
 exec node node_modules/vitest/vitest.mjs run --project unit --project integration --project priv "$@"

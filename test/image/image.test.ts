@@ -101,7 +101,7 @@ describe(`the image ${IMAGE}`, () => {
       console.log(JSON.stringify({
         node: process.version,
         nodeOptions: process.env.NODE_OPTIONS,
-        mallocArenaMax: process.env.MALLOC_ARENA_MAX,
+        malloc: [process.env.MALLOC_ARENA_MAX, process.env.MALLOC_TRIM_THRESHOLD_, process.env.MALLOC_MMAP_THRESHOLD_],
         installCni: fs.realpathSync('/usr/local/bin/install-cni'),
         plugin: (fs.statSync('/opt/cni/bin/istio-cni').mode & 0o777).toString(8),
         tools: ['npm', 'npx', 'corepack', 'yarn', 'yarnpkg'].flatMap(onPath),
@@ -114,7 +114,7 @@ describe(`the image ${IMAGE}`, () => {
     expect(out).toEqual({
       node: expect.stringMatching(/^v24\./),
       nodeOptions: '--max-semi-space-size=4',
-      mallocArenaMax: '2',
+      malloc: ['2', '131072', '131072'],
       installCni: '/app/dist/src/cli/main.js',
       plugin: '755',
       tools: [],

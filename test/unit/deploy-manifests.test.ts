@@ -335,7 +335,7 @@ const READ_ELSEWHERE: Record<string, string> = {
 };
 const isRead = (name: string): boolean => AGENT_ENV.has(name) || name in READ_ELSEWHERE;
 /** The image's variables for the process itself, not the agent: read by the shell's exec, Node and glibc. */
-const RUNTIME_ENV = ['PATH', 'NODE_OPTIONS', 'NODE_COMPILE_CACHE', 'MALLOC_ARENA_MAX'];
+const RUNTIME_ENV = ['PATH', 'NODE_OPTIONS', 'NODE_COMPILE_CACHE', 'MALLOC_ARENA_MAX', 'MALLOC_TRIM_THRESHOLD_', 'MALLOC_MMAP_THRESHOLD_'];
 
 /** Every env var the container gets: env[] names and the keys envFrom/configMapKeyRef bring in. */
 function containerEnv(): { names: string[]; values: Record<string, string> } {
@@ -619,13 +619,18 @@ describe('Dockerfile (static checks; npm run test:image runs the built image)', 
     expect(Object.keys(dockerfileEnv()).filter((n) => !RUNTIME_ENV.includes(n) && !isRead(n))).toEqual([]);
   });
 
-  it("caps Node 24's young generation at 2 x 4 MB and glibc at two malloc arenas, and CI's Node 24 run uses the same variables", () => {
+  it("caps Node 24's young generation at 2 x 4 MB, glibc at two malloc arenas and fixed thresholds, and CI's Node 24 run uses the same variables", () => {
     const env = dockerfileEnv();
     expect(env['NODE_OPTIONS']).toBe('--max-semi-space-size=4');
     expect(env['MALLOC_ARENA_MAX']).toBe('2');
+    // glibc's defaults, fixed: no dynamic growth of either threshold.
+    expect(env['MALLOC_TRIM_THRESHOLD_']).toBe('131072');
+    expect(env['MALLOC_MMAP_THRESHOLD_']).toBe('131072');
     const script = read('scripts/test-node-lts.sh');
     expect(script).toContain(`export NODE_OPTIONS="${env['NODE_OPTIONS']}\${NODE_OPTIONS:+ $NODE_OPTIONS}"`);
-    expect(script).toContain(`export MALLOC_ARENA_MAX=${env['MALLOC_ARENA_MAX']}\n`);
+    for (const name of ['MALLOC_ARENA_MAX', 'MALLOC_TRIM_THRESHOLD_', 'MALLOC_MMAP_THRESHOLD_']) {
+      expect(script).toContain(`export ${name}=${env[name]}\n`);
+    }
   });
 
   it("fills Node's compile cache at build time, at the final stage's NODE_COMPILE_CACHE, with the app's modules", () => {
