@@ -503,7 +503,7 @@ async function main(): Promise<void> {
   };
   const only = readPhases();
   const wanted = (name: string): boolean => only === undefined || only.has(name);
-  // The agent runs on the image's Node with the image's NODE_OPTIONS (bench/image-runtime.ts).
+  // The agent runs on the image's Node with the image's variables for Node and glibc (bench/image-runtime.ts).
   r.agentRuntime = imageAgentRuntime();
   const env = new DemoEnvironment({
     subnet: 177,
