@@ -498,6 +498,12 @@ Step ParseStep(const Napi::Object& o) {
 
 AddonState* State(Napi::Env env) { return env.GetInstanceData<AddonState>(); }
 
+// A numeric fd argument; `usage` is the TypeError's message otherwise.
+int FdArg(const Napi::CallbackInfo& info, size_t i, const char* usage) {
+  if (!info[i].IsNumber()) throw Napi::TypeError::New(info.Env(), usage);
+  return info[i].As<Napi::Number>().Int32Value();
+}
+
 Napi::Value OpenNetnsJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsString()) throw Napi::TypeError::New(env, "openNetns(path): path must be a string");
@@ -514,17 +520,15 @@ Napi::Value OpenNetnsJs(const Napi::CallbackInfo& info) {
 
 Napi::Value NetnsFdOfJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!info[0].IsNumber()) throw Napi::TypeError::New(env, "netnsFdOf(fd): fd must be a number");
   SysError err;
-  int fd = NetnsFdOf(info[0].As<Napi::Number>().Int32Value(), &err);
+  int fd = NetnsFdOf(FdArg(info, 0, "netnsFdOf(fd): fd must be a number"), &err);
   if (fd < 0) throw ToJsError(env, err);
   return Napi::Number::New(env, fd);
 }
 
 Napi::Value CloseFdJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!info[0].IsNumber()) throw Napi::TypeError::New(env, "closeFd(fd): fd must be a number");
-  if (close(info[0].As<Napi::Number>().Int32Value()) != 0) {
+  if (close(FdArg(info, 0, "closeFd(fd): fd must be a number")) != 0) {
     throw ToJsError(env, SysError::FromErrno(errno, "close"));
   }
   return env.Undefined();
@@ -604,11 +608,6 @@ Napi::Value ExecutorStatsJs(const Napi::CallbackInfo& info) {
 }
 
 // ---- SOCK_SEQPACKET (ZDS) ----
-
-int FdArg(const Napi::CallbackInfo& info, size_t i, const char* usage) {
-  if (!info[i].IsNumber()) throw Napi::TypeError::New(info.Env(), usage);
-  return info[i].As<Napi::Number>().Int32Value();
-}
 
 Napi::Value SeqpacketListenJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();

@@ -33,30 +33,39 @@ int OpenNetns(const std::string& path, NetnsId* id, SysError* err) {
   return fd;
 }
 
-int NetnsFdOf(int anchor, SysError* err) {
+namespace {
+
+// 1 when `fd` is a socket, 0 when not, -1 (with *err) when it cannot be looked at.
+int IsSocket(int fd, SysError* err) {
   struct stat st;
-  if (fstat(anchor, &st) != 0) {
+  if (fstat(fd, &st) != 0) {
     *err = SysError::FromErrno(errno, "fstat");
     return -1;
   }
-  if (S_ISSOCK(st.st_mode)) {
-    int fd = ioctl(anchor, SIOCGSKNS);
-    if (fd < 0) *err = SysError::FromErrno(errno, "ioctl", "", "SIOCGSKNS: the namespace of a socket");
-    return fd;
-  }
+  return S_ISSOCK(st.st_mode) ? 1 : 0;
+}
+
+int NamespaceOfSocket(int socket, SysError* err) {
+  int fd = ioctl(socket, SIOCGSKNS);
+  if (fd < 0) *err = SysError::FromErrno(errno, "ioctl", "", "SIOCGSKNS: the namespace of a socket");
+  return fd;
+}
+
+}  // namespace
+
+int NetnsFdOf(int anchor, SysError* err) {
+  int socket = IsSocket(anchor, err);
+  if (socket < 0) return -1;
+  if (socket) return NamespaceOfSocket(anchor, err);
   int fd = fcntl(anchor, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) *err = SysError::FromErrno(errno, "fcntl", "F_DUPFD_CLOEXEC");
   return fd;
 }
 
 int PassableNetnsFd(int fd, int* made, SysError* err) {
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    *err = SysError::FromErrno(errno, "fstat");
-    return -1;
-  }
-  if (!S_ISSOCK(st.st_mode)) return fd;
-  *made = NetnsFdOf(fd, err);
+  int socket = IsSocket(fd, err);
+  if (socket <= 0) return socket < 0 ? -1 : fd;
+  *made = NamespaceOfSocket(fd, err);
   return *made;
 }
 
