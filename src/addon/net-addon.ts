@@ -11,6 +11,11 @@ export interface NetnsIdentity {
   dev: number;
 }
 
+/** The same network namespace: its nsfs inode and device (an fd's number says nothing). */
+export function sameNetns(a: NetnsIdentity, b: NetnsIdentity): boolean {
+  return a.ino === b.ino && a.dev === b.dev;
+}
+
 /** An open network namespace. Holding the fd keeps the namespace alive. */
 export interface NetnsHandle extends NetnsIdentity {
   readonly fd: number;
@@ -94,7 +99,7 @@ class NativeNetnsHandle implements NetnsHandle {
     } catch {
       return false;
     }
-    const same = sameNamespace(probe, this);
+    const same = sameNetns(fstatSync(probe), this);
     this.raw.closeFd(probe);
     if (!same) return false;
     this.raw.closeFd(this.#fd);
@@ -123,11 +128,6 @@ class NativeNetnsHandle implements NetnsHandle {
     this.#lender = undefined;
     this.raw.closeFd(this.#fd);
   }
-}
-
-function sameNamespace(fd: number, id: NetnsIdentity): boolean {
-  const st = fstatSync(fd);
-  return st.ino === id.ino && st.dev === id.dev;
 }
 
 function mayBlock(step: Step): boolean {

@@ -11,7 +11,7 @@
 // the agent's own, that is reported as a problem instead (readiness and one loud log line) and
 // nothing is written to the wrong namespace.
 import { statSync } from 'node:fs';
-import type { NetAddon, NetnsHandle, NetnsIdentity } from '../addon/net-addon.js';
+import { sameNetns, type NetAddon, type NetnsHandle, type NetnsIdentity } from '../addon/net-addon.js';
 
 export const SELF_NETNS_PATH = '/proc/self/ns/net';
 
@@ -50,8 +50,6 @@ function identity(path: string): NetnsIdentity | undefined {
   }
 }
 
-const same = (a: NetnsIdentity, b: NetnsIdentity): boolean => a.ino === b.ino && a.dev === b.dev;
-
 /**
  * Opens the namespace the host-side steps run in. Throws (with the path and the fix) only when
  * switching is allowed and `<proc-dir>/1/ns/net` cannot be opened: Istio fails then too.
@@ -78,7 +76,7 @@ export function openHostNetns(addon: NetAddon, opts: HostNetnsOptions): HostNetn
   }
   const handle = addon.openNetns(selfPath);
   const host = identity(hostPath);
-  if (host && !same(host, handle)) {
+  if (host && !sameNetns(host, handle)) {
     return {
       handle,
       switched: false,

@@ -6,7 +6,7 @@
 // `enabled` (fully enrolled), absent (not enrolled).
 import type { V1Namespace, V1Pod } from '@kubernetes/client-node';
 import { hasErrorCode } from '../addon/errors.js';
-import type { NetAddon, NetnsHandle, NetnsIdentity } from '../addon/net-addon.js';
+import { sameNetns, type NetAddon, type NetnsHandle, type NetnsIdentity } from '../addon/net-addon.js';
 import type { PluginAddEvent } from '../cni/protocol.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { PodNetnsOpener } from '../pods/netns-path.js';
@@ -421,7 +421,7 @@ export class MeshController {
     if (listed.addresses.some((a) => ips.includes(a.address))) return 'same';
     const found = (await this.deps.finder.find([{ uid, ips }])).get(uid);
     if (!found) return 'unknown';
-    if (found.ino === netns.ino && found.dev === netns.dev) {
+    if (sameNetns(found, netns)) {
       found.close();
       return 'same';
     }

@@ -13,7 +13,7 @@
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import { join } from 'node:path';
-import type { NetAddon, NetnsHandle, NetnsIdentity } from '../addon/net-addon.js';
+import { sameNetns, type NetAddon, type NetnsHandle, type NetnsIdentity } from '../addon/net-addon.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 
 export interface ProcNetnsFinderOptions {
@@ -149,7 +149,7 @@ export class ProcNetnsFinder {
       // A process in the host netns may carry a pod UID in its cgroup (a hostNetwork pod, or
       // a pod whose netns is the host's by mistake). Rules written there would cut the node
       // off, so the host netns is never a candidate (istio/istio#55139).
-      if (ns.ino === this.#host.ino && ns.dev === this.#host.dev) return undefined;
+      if (sameNetns(ns, this.#host)) return undefined;
       const uid = parseCgroupPodUid(await readFile(join(dir, 'cgroup'), 'utf8')).podUid;
       if (uid === '' || !wantedUids.has(uid)) return undefined;
       const startTime = parseProcStatStartTime(await readFile(join(dir, 'stat'), 'utf8'));
@@ -177,7 +177,7 @@ export class ProcNetnsFinder {
       if (!handle) continue;
       let owned = false;
       try {
-        if (handle.ino === this.#host.ino && handle.dev === this.#host.dev) {
+        if (sameNetns(handle, this.#host)) {
           // The pid was reused by a host process between the scan and the open.
           this.#log.debug({ uid, path: handle.path }, 'netns opened is the host netns: skipped');
         } else {

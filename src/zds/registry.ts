@@ -1,7 +1,7 @@
 // The pods handed to ztunnel, keyed by UID, and the netns handles that go with them. The registry
 // owns every handle it is given: it closes each exactly once, when its pod leaves (or is replaced
 // by a new sandbox), or when the registry is closed.
-import type { NetnsHandle } from '../addon/net-addon.js';
+import { sameNetns, type NetnsHandle } from '../addon/net-addon.js';
 import type { WorkloadInfo } from './codec.js';
 import type { SnapshotEntry } from './connection.js';
 import type { ZdsSink } from './server.js';
@@ -140,7 +140,7 @@ export class PodRegistry {
     if (!offered) return current;
     if (!current) return offered;
     if (current === offered) return current;
-    if (current.ino === offered.ino && current.dev === offered.dev) {
+    if (sameNetns(current, offered)) {
       offered.close();
       return current;
     }
