@@ -179,6 +179,9 @@ describe.skipIf(skip)(`damaged pod registry and a full disk${skip ? ` — skippe
       code: 999,
       msg: expect.stringMatching(/status code 500\): cannot record the pod in \S+: ENOSPC/),
     });
+    // The agent logs the failure before it answers, but its output reaches env.agentLog through
+    // this process's pipe, which may not have written it yet (ASan's slower agent lost this race).
+    await waitUntil(() => /cannot record the pod in [^"]*: ENOSPC/.test(agentLog()), 5_000, 'the ENOSPC failure in the agent log');
     expect(agentLog()).toMatch(/"msg":"plugin event failed"/);
     expect(agentLog()).toMatch(/cannot record the pod in [^"]*: ENOSPC/);
     // Nothing a restart would forget: no rules, not in ztunnel, no state (no temp file either), no netns kept.
