@@ -66,9 +66,10 @@ class VisitJob : public NetnsJob {
   explicit VisitJob(AddonState* state) : state_(state) {}
 
   void RunInside() override {
+    LazyRtnl rtnl;  // closed before the thread leaves the namespace
     for (size_t i = 0; i < segments.size(); i++) {
       Segment* s = segments[i].get();
-      s->ok = RunSteps(s->steps, &s->results, &s->failed_step, &s->error);
+      s->ok = RunSteps(s->steps, &rtnl, &s->results, &s->failed_step, &s->error);
       if (i + 1 < segments.size()) Post(state_, std::move(segments[i]), SysError());
     }
   }
@@ -142,8 +143,10 @@ Napi::Object ResultToJs(Napi::Env env, const Step& step, const StepResult& r) {
       break;
     }
     case StepOp::kNftBatch:
-      o.Set("generationBefore", static_cast<double>(r.generation_before));
-      o.Set("generation", static_cast<double>(r.generation));
+      if (r.has_generation)
+        o.Set("generation", static_cast<double>(r.generation));
+      else
+        o.Set("generation", env.Null());
       o.Set("fallback", r.fallback);
       if (r.fallback) o.Set("fallbackReason", r.fallback_reason);
       break;

@@ -184,8 +184,10 @@ bool CheckMessages(const std::vector<char>& messages, size_t* count, SysError* e
 }
 
 // Gives each message its sequence number and asks for an ack of the last one only: errors are
-// reported whatever the flags, so one ack tells that the whole batch went through. The buffer is
-// exactly the batch (no page-sized scratch to clear per pod).
+// reported whatever the flags, so one ack tells that the whole batch went through. The first
+// message asks for an echo: the kernel reports the commit's generation (nf_tables_gen_notify)
+// to the sender when the batch's first message has NLM_F_ECHO. The buffer is exactly the batch
+// (no page-sized scratch to clear per pod).
 std::vector<char> Frame(const std::vector<char>& messages, size_t count, uint32_t seq, uint32_t* last_seq) {
   // BATCH_BEGIN and BATCH_END are a netlink header and an nfgenmsg each.
   constexpr size_t kControl = NLMSG_ALIGN(sizeof(nlmsghdr) + sizeof(nfgenmsg));
@@ -198,8 +200,9 @@ std::vector<char> Frame(const std::vector<char>& messages, size_t count, uint32_
     auto* dst = reinterpret_cast<nlmsghdr*>(framed.data() + at);
     memcpy(dst, src, len);
     dst->nlmsg_seq = seq++;
+    uint16_t flags = static_cast<uint16_t>(dst->nlmsg_flags & ~(NLM_F_ACK | NLM_F_ECHO));
     dst->nlmsg_flags =
-        static_cast<uint16_t>((dst->nlmsg_flags & ~NLM_F_ACK) | NLM_F_REQUEST | (i + 1 == count ? NLM_F_ACK : 0));
+        static_cast<uint16_t>(flags | NLM_F_REQUEST | (i == 0 ? NLM_F_ECHO : 0) | (i + 1 == count ? NLM_F_ACK : 0));
     *last_seq = dst->nlmsg_seq;
     at += len;
     off += len;
@@ -222,6 +225,7 @@ const char* MessageName(uint16_t type) {
 // sends when it could not even queue errors). The first error names the refused message.
 bool ReadBatchAnswer(mnl_socket* sock, const std::vector<char>& framed, uint32_t first_seq, uint32_t last_seq,
                      NftBatchOutcome* outcome, SysError* err) {
+  uint32_t port = mnl_socket_get_portid(sock);
   // Acks only (an error ack quotes the refused message): no dump-sized buffer, and not cleared.
   std::unique_ptr<char[]> buf(new char[kAckBufSize]);
   for (;;) {
@@ -233,6 +237,9 @@ bool ReadBatchAnswer(mnl_socket* sock, const std::vector<char>& framed, uint32_t
     int len = static_cast<int>(n);
     for (auto* nlh = reinterpret_cast<const nlmsghdr*>(buf.get()); mnl_nlmsg_ok(nlh, len);
          nlh = mnl_nlmsg_next(nlh, &len)) {
+      if (nlh->nlmsg_type == kNftMsg(NFT_MSG_NEWGEN) && nlh->nlmsg_pid == port) {
+        outcome->has_generation = NftGenerationOf(nlh, &outcome->generation);
+      }
       if (nlh->nlmsg_type != NLMSG_ERROR) continue;
       auto* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(nlh));
       if (e->error != 0 && !outcome->refused) {
@@ -290,7 +297,6 @@ bool SendNftBatch(const std::vector<char>& messages, NftBatchOutcome* outcome, S
   if (!CheckMessages(messages, &count, err)) return false;
   NetfilterSocket sock;
   if (!sock.Open(err)) return false;
-  if (!ReadNftGeneration(sock.get(), &outcome->generation_before, err)) return false;
   uint32_t first_seq = static_cast<uint32_t>(time(nullptr)) << 8;
   uint32_t last_seq = 0;
   std::vector<char> framed = Frame(messages, count, first_seq, &last_seq);
@@ -299,8 +305,8 @@ bool SendNftBatch(const std::vector<char>& messages, NftBatchOutcome* outcome, S
     return false;
   }
   if (!ReadBatchAnswer(sock.get(), framed, first_seq, last_seq, outcome, err)) return false;
-  if (outcome->refused) return true;
-  return ReadNftGeneration(sock.get(), &outcome->generation_after, err);
+  if (outcome->refused) outcome->has_generation = false;  // nothing committed
+  return true;
 }
 
 }  // namespace ana

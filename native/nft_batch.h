@@ -22,17 +22,19 @@ bool CompileNftTablesBatch(uint8_t family, const std::vector<std::string>& table
                            SysError* err);
 
 struct NftBatchOutcome {
-  bool refused = false;  // the kernel refused the batch (nothing of it was applied)
-  SysError refusal;      // why, when refused
-  uint32_t generation_before = 0;
-  uint32_t generation_after = 0;
+  bool refused = false;         // the kernel refused the batch (nothing of it was applied)
+  SysError refusal;             // why, when refused
+  bool has_generation = false;  // the kernel named the generation of the commit
+  uint32_t generation = 0;      // the ruleset generation this batch's commit made
 };
 
 // Checks that `messages` is a well-formed list of the message types CompileNftTablesBatch emits,
-// then, in the calling thread's namespace and on one socket: reads the ruleset generation, sends
-// the messages between BATCH_BEGIN and BATCH_END in one sendmsg, reads the kernel's answer, and
-// reads the generation again. A kernel refusal is reported in *outcome (the caller may fall back
-// to the text); false only for malformed input or a failing socket.
+// then, in the calling thread's namespace: sends the messages between BATCH_BEGIN and BATCH_END
+// in one sendmsg and reads the kernel's answer. The first message asks for an echo, so the
+// commit's NEWGEN notification comes back with the answer: the generation of this very commit,
+// with no extra request and no window in which another commit could slip in. A kernel refusal
+// is reported in *outcome (the caller may fall back to the text); false only for malformed input
+// or a failing socket.
 bool SendNftBatch(const std::vector<char>& messages, NftBatchOutcome* outcome, SysError* err);
 
 }  // namespace ana

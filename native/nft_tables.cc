@@ -114,13 +114,21 @@ bool DeleteNftTables(uint8_t family, const std::vector<std::string>& tables, Sys
 
 namespace ana {
 
+bool NftGenerationOf(const nlmsghdr* newgen, uint32_t* generation) {
+  auto* attr = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(newgen, sizeof(nfgenmsg)));
+  auto* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(newgen));
+  for (; mnl_attr_ok(attr, static_cast<int>(tail - reinterpret_cast<const char*>(attr))); attr = mnl_attr_next(attr)) {
+    if (mnl_attr_get_type(attr) == NFTA_GEN_ID && mnl_attr_get_payload_len(attr) == sizeof(uint32_t)) {
+      *generation = ntohl(mnl_attr_get_u32(attr));
+      return true;
+    }
+  }
+  return false;
+}
+
 bool NftGeneration(uint32_t* generation, SysError* err) {
   NetfilterSocket sock;
   if (!sock.Open(err)) return false;
-  return ReadNftGeneration(sock.get(), generation, err);
-}
-
-bool ReadNftGeneration(mnl_socket* sock, uint32_t* generation, SysError* err) {
   // The answer is one small NEWGEN message: a stack buffer, not a cleared 32 KiB one per call.
   alignas(nlmsghdr) char buf[MNL_SOCKET_BUFFER_SIZE];
   nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
@@ -131,11 +139,11 @@ bool ReadNftGeneration(mnl_socket* sock, uint32_t* generation, SysError* err) {
   nfg->nfgen_family = AF_UNSPEC;
   nfg->version = NFNETLINK_V0;
   nfg->res_id = 0;
-  if (mnl_socket_sendto(sock, nlh, nlh->nlmsg_len) < 0) {
+  if (mnl_socket_sendto(sock.get(), nlh, nlh->nlmsg_len) < 0) {
     *err = SysError::FromErrno(errno, "sendto", "NETLINK_NETFILTER");
     return false;
   }
-  ssize_t n = mnl_socket_recvfrom(sock, buf, sizeof(buf));
+  ssize_t n = mnl_socket_recvfrom(sock.get(), buf, sizeof(buf));
   if (n < 0) {
     *err = SysError::FromErrno(errno, "recvfrom", "NETLINK_NETFILTER");
     return false;
@@ -147,16 +155,7 @@ bool ReadNftGeneration(mnl_socket* sock, uint32_t* generation, SysError* err) {
       *err = SysError::FromErrno(e->error ? -e->error : EPROTO, "nfnetlink", "NFT_MSG_GETGEN");
       return false;
     }
-    if (m->nlmsg_type != ((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN)) continue;
-    auto* attr = static_cast<const nlattr*>(mnl_nlmsg_get_payload_offset(m, sizeof(nfgenmsg)));
-    auto* tail = static_cast<const char*>(mnl_nlmsg_get_payload_tail(m));
-    for (; mnl_attr_ok(attr, static_cast<int>(tail - reinterpret_cast<const char*>(attr)));
-         attr = mnl_attr_next(attr)) {
-      if (mnl_attr_get_type(attr) == NFTA_GEN_ID && mnl_attr_get_payload_len(attr) == sizeof(uint32_t)) {
-        *generation = ntohl(mnl_attr_get_u32(attr));
-        return true;
-      }
-    }
+    if (m->nlmsg_type == ((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN) && NftGenerationOf(m, generation)) return true;
   }
   *err = SysError::FromErrno(EPROTO, "nfnetlink", "NFT_MSG_GETGEN", "no generation in the kernel's answer");
   return false;

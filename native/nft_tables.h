@@ -4,6 +4,7 @@
 #pragma once
 
 #include <libmnl/libmnl.h>
+#include <linux/netlink.h>
 #include <stdint.h>
 
 #include <string>
@@ -28,8 +29,8 @@ bool DeleteNftTables(uint8_t family, const std::vector<std::string>& tables, Sys
 // one with every committed transaction, so an unchanged number means an unchanged ruleset.
 bool NftGeneration(uint32_t* generation, SysError* err);
 
-// NFT_MSG_GETGEN on an already open NETLINK_NETFILTER socket (nfnl_socket.h), e.g. right before
-// and after a batch sent on the same socket.
-bool ReadNftGeneration(mnl_socket* sock, uint32_t* generation, SysError* err);
+// The generation a NEWGEN message carries (the answer to GETGEN, or a commit's notification);
+// false when it has none.
+bool NftGenerationOf(const nlmsghdr* newgen, uint32_t* generation);
 
 }  // namespace ana

@@ -399,17 +399,28 @@ bool Rtnl::GetLink(const std::string& dev, LinkState* out, SysError* err) {
   return Query(nlh, "RTM_GETLINK", ReadLink, out, err);
 }
 
+bool Rtnl::CachedLink(const std::string& dev, LinkState** out, SysError* err) {
+  if (cached_dev_.empty() || cached_dev_ != dev) {
+    LinkState fresh;
+    if (!GetLink(dev, &fresh, err)) return false;
+    cached_link_ = fresh;
+    cached_dev_ = dev;
+  }
+  *out = &cached_link_;
+  return true;
+}
+
 bool Rtnl::DeviceIpv6Enabled(const std::string& dev, bool* enabled, SysError* err) {
-  LinkState link;
-  if (!GetLink(dev, &link, err)) return false;
-  *enabled = link.ipv6_enabled;
+  LinkState* link = nullptr;
+  if (!CachedLink(dev, &link, err)) return false;
+  *enabled = link->ipv6_enabled;
   return true;
 }
 
 bool Rtnl::SetLinkUp(const std::string& dev, bool* changed, SysError* err) {
-  LinkState link;
-  if (!GetLink(dev, &link, err)) return false;
-  *changed = (link.flags & IFF_UP) == 0;
+  LinkState* link = nullptr;
+  if (!CachedLink(dev, &link, err)) return false;
+  *changed = (link->flags & IFF_UP) == 0;
   if (!*changed) return true;
   std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
   nlmsghdr* nlh = mnl_nlmsg_put_header(buf.data());
@@ -417,7 +428,7 @@ bool Rtnl::SetLinkUp(const std::string& dev, bool* changed, SysError* err) {
   nlh->nlmsg_flags = NLM_F_REQUEST;
   auto* ifi = static_cast<ifinfomsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
   ifi->ifi_family = AF_UNSPEC;
-  ifi->ifi_index = link.index;
+  ifi->ifi_index = link->index;
   ifi->ifi_flags = IFF_UP;
   ifi->ifi_change = IFF_UP;
   int kerr = 0;
@@ -426,6 +437,7 @@ bool Rtnl::SetLinkUp(const std::string& dev, bool* changed, SysError* err) {
     *err = SysError::FromErrno(kerr, "RTM_NEWLINK", dev + " up");
     return false;
   }
+  link->flags |= IFF_UP;
   return true;
 }
 

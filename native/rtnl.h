@@ -67,13 +67,15 @@ class Rtnl {
   // Istio's test (net.ipv6.conf.<dev>.disable_ipv6), read over rtnetlink: true even while the
   // device is down and has no IPv6 address yet.
   bool DeviceIpv6Enabled(const std::string& dev, bool* enabled, SysError* err);
+  // Drops what CachedLink remembers, so the next question asks the kernel.
+  void ForgetLinks() { cached_dev_.clear(); }
   // Idempotent: *changed is false when the device was up already.
   bool SetLinkUp(const std::string& dev, bool* changed, SysError* err);
   // Every interface address in the namespace (both families).
   bool ListAddresses(std::vector<AddressEntry>* out, SysError* err);
 
-  // Several requests in one sendmsg (rtnl_batch.cc): each message asks for an ack, and its
-  // kernel errno (0 on success) lands in (*kernel_errnos)[i], in order.
+  // Several requests in one sendmsg (rtnl_batch.cc): each message's kernel errno (0 on
+  // success) lands in (*kernel_errnos)[i], in order.
   bool TransactBatch(const std::vector<nlmsghdr*>& messages, std::vector<int>* kernel_errnos, SysError* err);
 
  private:
@@ -87,6 +89,12 @@ class Rtnl {
   bool FwmarkRuleRequest(uint16_t type, uint16_t flags, const FwmarkRule& rule, int* kernel_errno, SysError* err);
   bool LocalRouteRequest(uint16_t type, uint16_t flags, int family, uint32_t table, const std::string& dev,
                          int* kernel_errno, SysError* err);
+  // GetLink once per device and Rtnl: a pod's apply asks about lo twice (up? IPv6?), and an
+  // RTM_GETLINK answer is ~1.5 KB of counters and sysctls the kernel fills for every request.
+  bool CachedLink(const std::string& dev, LinkState** out, SysError* err);
+
+  std::string cached_dev_;
+  LinkState cached_link_;
 
   mnl_socket* sock_ = nullptr;
   uint32_t port_id_ = 0;

@@ -58,13 +58,18 @@ bool Judge(const RoutingChange& c, int kerr, RoutingOutcome* o, SysError* err) {
 
 }  // namespace
 
+// Only the last message asks for an ack: the kernel answers every failing message anyway
+// (netlink_rcv_skb acks on error whatever the flags) and handles them in order within the one
+// sendmsg, so the last ack comes after every earlier error, and one recvmsg is enough when all
+// went through.
 bool Rtnl::TransactBatch(const std::vector<nlmsghdr*>& messages, std::vector<int>* kernel_errnos, SysError* err) {
   kernel_errnos->assign(messages.size(), 0);
   if (messages.empty()) return true;
   std::vector<char> out;
   uint32_t first = seq_ + 1;
   for (nlmsghdr* nlh : messages) {
-    nlh->nlmsg_flags |= NLM_F_ACK;
+    bool last = nlh == messages.back();
+    nlh->nlmsg_flags = static_cast<uint16_t>((nlh->nlmsg_flags & ~NLM_F_ACK) | (last ? NLM_F_ACK : 0));
     nlh->nlmsg_seq = ++seq_;
     const char* p = reinterpret_cast<const char*>(nlh);
     out.insert(out.end(), p, p + NLMSG_ALIGN(nlh->nlmsg_len));
@@ -74,7 +79,7 @@ bool Rtnl::TransactBatch(const std::vector<nlmsghdr*>& messages, std::vector<int
     return false;
   }
   std::unique_ptr<char[]> buf(new char[kRecvBufSize]);  // not cleared: only what recv wrote is read
-  for (size_t acked = 0; acked < messages.size();) {
+  for (bool last_answered = false; !last_answered;) {
     ssize_t n = mnl_socket_recvfrom(sock_, buf.get(), kRecvBufSize);
     if (n < 0) {
       *err = SysError::FromErrno(errno, "recvfrom", "NETLINK_ROUTE");
@@ -88,7 +93,7 @@ bool Rtnl::TransactBatch(const std::vector<nlmsghdr*>& messages, std::vector<int
       uint32_t i = e->msg.nlmsg_seq - first;
       if (i >= messages.size()) continue;  // not one of ours
       (*kernel_errnos)[i] = -e->error;
-      acked++;
+      if (i + 1 == messages.size()) last_answered = true;
     }
   }
   return true;

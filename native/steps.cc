@@ -10,20 +10,6 @@
 namespace ana {
 namespace {
 
-// Opened lazily: a job with only nft steps never pays for an rtnetlink socket.
-class LazyRtnl {
- public:
-  Rtnl* Get(SysError* err) {
-    if (!opened_ && !rtnl_.Open(err)) return nullptr;
-    opened_ = true;
-    return &rtnl_;
-  }
-
- private:
-  Rtnl rtnl_;
-  bool opened_ = false;
-};
-
 bool ReplaceRoute(Rtnl* rtnl, const Step& s, StepResult* r, SysError* err) {
   if (s.skip_without_ipv6) {
     bool has = false;
@@ -43,15 +29,22 @@ bool RunNftBatch(const Step& s, StepResult* r, SysError* err) {
   NftBatchOutcome outcome;
   if (!SendNftBatch(s.batch, &outcome, err)) return false;
   r->changed = true;
-  r->generation_before = outcome.generation_before;
-  r->generation = outcome.generation_after;
+  r->has_generation = outcome.has_generation;
+  r->generation = outcome.generation;
   if (!outcome.refused) return true;
   r->fallback = true;
   const SysError& why = outcome.refusal;
   r->fallback_reason = std::string(strerror(why.errnum)) + " (" + why.path + ")";
+  // The text's commit has no echo: the generation is the text's own only when it went up by
+  // exactly one around it (rare path, two requests more).
+  uint32_t before = 0;
   std::string ignored;
-  if (!NftRunner::Run(s.script, true, false, &ignored, err)) return false;
-  return NftGeneration(&r->generation, err);
+  if (!NftGeneration(&before, err) || !NftRunner::Run(s.script, true, false, &ignored, err) ||
+      !NftGeneration(&r->generation, err)) {
+    return false;
+  }
+  r->has_generation = r->generation == before + 1;
+  return true;
 }
 
 bool RunRouting(const Step& s, LazyRtnl* lazy, StepResult* r, SysError* err) {
@@ -79,7 +72,9 @@ bool RunStep(const Step& s, LazyRtnl* rtnl, StepResult* r, SysError* err) {
     case StepOp::kNft: return NftRunner::Run(s.script, s.stateless, s.json, &r->output, err);
     case StepOp::kSocket: r->fd = CreateSocket(s.socket, err); return r->fd >= 0;
     case StepOp::kNetlinkWatch: r->fd = OpenNetlinkWatch(s.watch, err); return r->fd >= 0;
-    case StepOp::kExec: return SpawnAndWait(s.argv, s.input, s.timeout_ms, &r->spawn, err, s.replace_env, s.env);
+    case StepOp::kExec:
+      rtnl->ForgetLinks();
+      return SpawnAndWait(s.argv, s.input, s.timeout_ms, &r->spawn, err, s.replace_env, s.env);
     case StepOp::kNetnsId: return CurrentThreadNetns(&r->netns, err);
     case StepOp::kNftGeneration: return NftGeneration(&r->generation, err);
     case StepOp::kNftBatch: return RunNftBatch(s, r, err);
@@ -97,11 +92,17 @@ bool RunStep(const Step& s, LazyRtnl* rtnl, StepResult* r, SysError* err) {
 
 }  // namespace
 
-bool RunSteps(const std::vector<Step>& steps, std::vector<StepResult>* results, size_t* failed_step, SysError* err) {
-  LazyRtnl rtnl;
+Rtnl* LazyRtnl::Get(SysError* err) {
+  if (!opened_ && !rtnl_.Open(err)) return nullptr;
+  opened_ = true;
+  return &rtnl_;
+}
+
+bool RunSteps(const std::vector<Step>& steps, LazyRtnl* rtnl, std::vector<StepResult>* results, size_t* failed_step,
+              SysError* err) {
   results->assign(steps.size(), StepResult{});
   for (size_t i = 0; i < steps.size(); i++) {
-    if (RunStep(steps[i], &rtnl, &(*results)[i], err)) continue;
+    if (RunStep(steps[i], rtnl, &(*results)[i], err)) continue;
     *failed_step = i;
     for (auto& r : *results) {
       if (r.fd >= 0) close(r.fd);

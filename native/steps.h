@@ -85,18 +85,33 @@ struct StepResult {
   std::vector<AddressEntry> addresses;
   SpawnResult spawn;
   NetnsId netns;
-  uint32_t generation = 0;              // kNftGeneration
+  uint32_t generation = 0;              // kNftGeneration; kNftBatch: its commit's, if has_generation
   IpsetListing ipset;                   // kIpsetList
-  uint32_t generation_before = 0;       // kNftBatch
+  bool has_generation = false;          // kNftBatch: the kernel echoed the commit's generation
   bool fallback = false;                // kNftBatch: the kernel refused the batch, the script was applied
   std::string fallback_reason;          // kNftBatch: the kernel's refusal, when fallback
   std::vector<char> batch;              // kNftCompile
   std::vector<RoutingOutcome> routing;  // kRoutingBatch, one per change
 };
 
+// One rtnetlink socket for every step list of one netns visit, opened at the first routing or
+// link step: a visit with only nft steps never pays for it, and the pod's lo, asked about by
+// both halves of an ADD, is looked up once (Rtnl caches it).
+class LazyRtnl {
+ public:
+  Rtnl* Get(SysError* err);
+  // After a step that may have changed a device behind our back (an exec'd process).
+  void ForgetLinks() { rtnl_.ForgetLinks(); }
+
+ private:
+  Rtnl rtnl_;
+  bool opened_ = false;
+};
+
 // Runs the steps in order on the calling thread, stopping at the first failure. On failure
 // *failed_step is its index and every fd the earlier steps created is closed again, so a
-// failed job leaks nothing.
-bool RunSteps(const std::vector<Step>& steps, std::vector<StepResult>* results, size_t* failed_step, SysError* err);
+// failed job leaks nothing. `rtnl` belongs to the calling thread's current namespace.
+bool RunSteps(const std::vector<Step>& steps, LazyRtnl* rtnl, std::vector<StepResult>* results, size_t* failed_step,
+              SysError* err);
 
 }  // namespace ana

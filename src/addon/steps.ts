@@ -167,8 +167,8 @@ export interface NftCompileStep {
   tables: string[];
 }
 /**
- * Sends a compiled batch in one sendmsg and reads the generation around it; if the kernel
- * refuses the batch (nothing applied), `script` is applied through libnftables instead.
+ * Sends a compiled batch in one sendmsg; the kernel's answer names the generation of its commit.
+ * If the kernel refuses the batch (nothing applied), `script` is applied through libnftables instead.
  */
 export interface NftBatchStep {
   op: 'nftBatch';
@@ -283,9 +283,12 @@ export interface NftCompileResult {
 }
 export interface NftBatchResult {
   op: 'nftBatch';
-  /** The ruleset generation right before and right after the commit. */
-  generationBefore: number;
-  generation: number;
+  /**
+   * The ruleset generation the batch's own commit made (the kernel echoes it), so the ruleset
+   * of that generation is this batch applied; on a fallback, the text's commit when the
+   * generation went up by exactly one around it. null when unknown.
+   */
+  generation: number | null;
   /** The kernel refused the batch and the text was applied instead; why, in fallbackReason. */
   fallback: boolean;
   fallbackReason?: string;

@@ -95,7 +95,10 @@ export class NftablesInpodRules implements InpodRuleManager {
     await this.addon.run('fresh', [{ op: 'nftBatch', batch, script }]);
   }
 
-  /** Returns a stamp (see stampOf) for a later verify. */
+  /**
+   * Returns a stamp for a later verify: the generation of our own commit, from the batch's echo,
+   * or (the text path) from stampOf.
+   */
   apply(ns: NetnsHandle, overrides: PodOverrides): Promise<RulesStamp | undefined> {
     return wrapRuleError('apply', ns, this.backend, async () => {
       const tx = this.#transaction(overrides);
@@ -103,7 +106,7 @@ export class NftablesInpodRules implements InpodRuleManager {
       if (steps) {
         const [, sent] = await this.addon.run(ns, steps);
         if (sent.fallback) this.batchFallbacks++;
-        return stampOf(sent.generationBefore, sent.generation);
+        return sent.generation === null ? undefined : { nftGeneration: sent.generation };
       }
       const [, before, , after] = await this.addon.run(ns, [
         LOOPBACK_UP_STEP,

@@ -39,8 +39,6 @@ export interface EnrollerDeps {
 }
 
 const RESTORE_CONCURRENCY = 8;
-/** After this long without ztunnel's ack (rules in place), the pod is recorded while it waits. */
-const RECORD_WAITING_POD_MS = 1_000;
 /** Standalone mode has no service accounts to read; every pod gets `default`. */
 const STANDALONE_SERVICE_ACCOUNT = 'default';
 
@@ -99,19 +97,17 @@ export class PodEnroller {
           this.#persist(pod, netns, stamp, wasStored);
           persisted = true;
         };
-        // A pod whose ztunnel ack is slow (a ztunnel restart, a hung ztunnel) is recorded while it
-        // waits, well before its ADD is answered late: it stays registered for the next snapshot,
-        // and a restart meanwhile must know it. A failed write here is left to the final one.
-        let slowTimer: NodeJS.Timeout | undefined;
+        // Recorded as soon as its rules are in, while ztunnel's ack is still on its way: the write
+        // is off the ADD's critical path, and a pod whose ack is slow (a ztunnel restart, a hung
+        // ztunnel) is on disk while it waits, for the next snapshot and for a restart meanwhile.
+        // A failed write here is left to the final one, which fails the ADD.
         const onRulesApplied = (stamp: RulesStamp | undefined): void => {
           applied = { stamp };
-          slowTimer = setTimeout(() => {
-            try {
-              persist(stamp);
-            } catch (err) {
-              this.#log.warn({ ...where, err: (err as Error).message }, 'could not record a pod still waiting for ztunnel');
-            }
-          }, RECORD_WAITING_POD_MS);
+          try {
+            persist(stamp);
+          } catch (err) {
+            this.#log.warn({ ...where, err: (err as Error).message }, 'could not record the pod; trying again before answering');
+          }
         };
         let result: Awaited<ReturnType<typeof onboardPod>>;
         try {
@@ -122,12 +118,11 @@ export class PodEnroller {
           // for ztunnel's next snapshot, so it is recorded (a restart must know it too); the ADD fails.
           if (applied) persist(applied.stamp);
           throw err;
-        } finally {
-          clearTimeout(slowTimer);
         }
         const { rulesMs, zdsMs, stamp } = result;
-        // One write per ADD, with the rules' stamp, before the ADD is answered: an answered ADD is
-        // always on disk. A crash before this point fails the ADD, and the runtime retries it.
+        // One write per ADD (done above unless it failed), with the rules' stamp, before the ADD
+        // is answered: an answered ADD is always on disk. A crash before this point fails the ADD,
+        // and the runtime retries it.
         persist(stamp);
         // Logged once the ADD is answered (the answer goes out in this turn's microtasks): a write
         // to stdout wakes whoever reads it, and the pod need not wait for that.

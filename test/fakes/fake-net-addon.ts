@@ -190,11 +190,10 @@ export class FakeNetAddon implements NetAddon {
         // records the same history of nft scripts as the text path.
         return { op: step.op, batch: new TextEncoder().encode(ns.nftScripts.at(-1) ?? '') };
       case 'nftBatch': {
-        const before = ns.nftGeneration;
         ns.nftScripts.push(this.refuseBatches ? step.script : new TextDecoder().decode(step.batch));
         ns.nftGeneration++;
         const refused = this.refuseBatches ? { fallbackReason: 'Invalid argument (NFT_MSG_NEWRULE)' } : {};
-        return { op: step.op, generationBefore: before, generation: ns.nftGeneration, fallback: this.refuseBatches, ...refused };
+        return { op: step.op, generation: ns.nftGeneration, fallback: this.refuseBatches, ...refused };
       }
       case 'deleteNftTables':
         // Recorded as the nft text with the same effect, so tests read one history of nft changes.

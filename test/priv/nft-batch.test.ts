@@ -73,8 +73,12 @@ describe.skipIf(skip)(`prebuilt nf_tables batches${skip ? ` — skipped: ${skip}
           const sent = addon.openNetns(viaBatch.path);
           try {
             await addon.run(text, [{ op: 'nft', script }]);
+            const [before] = await addon.run(sent, [{ op: 'nftGeneration' }] as const);
             const [first] = await addon.run(sent, [{ op: 'nftBatch', batch, script }] as const);
-            expect(first).toMatchObject({ fallback: false, generation: first.generationBefore + 1 });
+            // The kernel's echo names the batch's own commit: the one after `before`.
+            expect(first).toMatchObject({ fallback: false, generation: before.generation + 1 });
+            const [after] = await addon.run(sent, [{ op: 'nftGeneration' }] as const);
+            expect(after.generation).toBe(first.generation);
             const expected = listing(golden);
             expect(expected).toContain('istio-output');
             expect(listing(viaText)).toBe(expected);
@@ -124,10 +128,15 @@ describe.skipIf(skip)(`prebuilt nf_tables batches${skip ? ` — skipped: ${skip}
       execIn(viaText.name, ['nft', '-f', '-'], script);
       const ns = addon.openNetns(viaFallback.path);
       try {
-        const [sent] = await addon.run(ns, [{ op: 'nftBatch', batch: bad, script }] as const);
+        const [before, sent, after] = await addon.run(ns, [
+          { op: 'nftGeneration' },
+          { op: 'nftBatch', batch: bad, script },
+          { op: 'nftGeneration' },
+        ] as const);
         expect(sent.fallback).toBe(true);
         expect(sent.fallbackReason).toMatch(/No such file or directory \(NFT_MSG_NEWRULE\)/);
-        expect(sent.generation).toBe(sent.generationBefore + 1); // only the text committed
+        expect(after.generation).toBe(before.generation + 1); // only the text committed
+        expect(sent.generation).toBe(after.generation); // the text's own commit
         expect(listing(viaFallback)).toBe(listing(viaText));
       } finally {
         ns.close();
