@@ -133,6 +133,8 @@ async function onboarding(r: Results, pods: BenchPods, metricsPort: number | und
     process.stderr.write(`  onboarding: ${done}/${r.pods} pods added; deleting the round\n`);
     for (const pod of created) await pods.remove(pod);
   }
+  // The peer writes its add lines once idle (native/zds_peer/main.cc): wait for the last ones.
+  await peer.waitFor(() => peer.addAckMs.length - acksBefore >= r.pods, 2_000, "the peer's add lines").catch(() => undefined);
   r.peerAck.push(...peer.addAckMs.slice(acksBefore));
 }
 
@@ -160,6 +162,8 @@ async function burst(
   const agentP50Ms = before && after ? histogramQuantileMs(before, after, 0.5) : NaN;
   const agentP99Ms = before && after ? histogramQuantileMs(before, after, 0.99) : NaN;
   const agentMeanMs = before && after ? ((after.sum - before.sum) / Math.max(after.count - before.count, 1)) * 1000 : NaN;
+  // The peer writes its add lines once idle (native/zds_peer/main.cc); a missing pod shows in the count.
+  await peer.waitFor(() => runningBenchPods(peer) - runningBefore >= count, 2_000, "the peer's add lines").catch(() => undefined);
   const standInPods = runningBenchPods(peer) - runningBefore;
   process.stderr.write(`  burst (${only}): ${count} ADDs in ${wallMs.toFixed(1)} ms; stand-in runs ${standInPods} more bench pods\n`);
   return { wallMs, slowestMs: Math.max(...perPod), perPod, agentP50Ms, agentP99Ms, agentMeanMs, standInPods };

@@ -4,7 +4,11 @@
 // snapshot did not mention. It reconnects (20 ms doubling to 1 s) when the agent goes away.
 // Usage: zds-peer <socket path>. One status line per event on stdout (for the benchmark):
 //   connected <n> | snapshot <pods> | add <uid> <namespace>/<name> <add->ack µs> | del <uid> | nack <uid> <why>
+// add and del lines go out once the peer is idle (no request for kIdleFlushMs): a line written
+// right after an ack would wake the benchmark process, which then competes for the CPUs with the
+// agent finishing the ADD the benchmark is timing. connected, snapshot and nack go out at once.
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +29,7 @@ namespace zds_peer {
 namespace {
 
 constexpr size_t kMaxMessage = 1024;  // ztunnel's receive buffer
+constexpr int kIdleFlushMs = 2;
 
 struct Pod {
   int netns_fd = -1;
@@ -50,7 +55,9 @@ class Peer {
       }
       backoff_ms = 10;
       printf("connected %d\n", ++connections_);
+      Flush();
       Serve(fd);
+      Flush();
       close(fd);
     }
   }
@@ -79,6 +86,7 @@ class Peer {
     std::set<std::string> in_snapshot;
     bool snapshot_done = false;
     for (;;) {
+      FlushWhenIdle(sock);
       uint8_t buf[kMaxMessage];
       alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 2)];
       iovec iov{buf, sizeof(buf)};
@@ -186,21 +194,41 @@ class Peer {
     int64_t us = (NowNs() - received) / 1000;
     if (!error.empty()) {
       printf("nack %s %s\n", req.uid.empty() ? "-" : req.uid.c_str(), error.c_str());
-      return;
+      return Flush();
     }
     switch (req.kind) {
       case RequestKind::kAdd:
         printf("add %s %s/%s %lld\n", req.uid.c_str(), req.pod_namespace.c_str(), req.name.c_str(),
                static_cast<long long>(us));
+        unflushed_ = true;
         break;
-      case RequestKind::kDel: printf("del %s\n", req.uid.c_str()); break;
-      case RequestKind::kSnapshotSent: printf("snapshot %zu\n", pods_.size()); break;
+      case RequestKind::kDel:
+        printf("del %s\n", req.uid.c_str());
+        unflushed_ = true;
+        break;
+      case RequestKind::kSnapshotSent:
+        printf("snapshot %zu\n", pods_.size());
+        Flush();
+        break;
       default: break;
     }
   }
 
+  void Flush() {
+    fflush(stdout);
+    unflushed_ = false;
+  }
+
+  // Writes the held lines if no request arrives within kIdleFlushMs.
+  void FlushWhenIdle(int sock) {
+    if (!unflushed_) return;
+    pollfd p{sock, POLLIN, 0};
+    if (poll(&p, 1, kIdleFlushMs) == 0) Flush();
+  }
+
   std::string path_;
   int connections_ = 0;
+  bool unflushed_ = false;
   std::map<std::string, Pod> pods_;
   NetnsWorker worker_;
 };
@@ -213,7 +241,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s <ZDS socket path>\n", argv[0]);
     return 2;
   }
-  setvbuf(stdout, nullptr, _IOLBF, 0);
+  setvbuf(stdout, nullptr, _IOFBF, 1 << 16);  // flushed by Peer (see the top)
   signal(SIGPIPE, SIG_IGN);
   zds_peer::Peer(argv[1]).Run();
 }

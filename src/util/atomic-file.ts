@@ -28,8 +28,18 @@ export function isAtomicTempName(name: string): boolean {
   return /\.tmp\.[0-9a-f]{12}$/.test(name);
 }
 
+/**
+ * 12 hex digits: 6 random per process, 6 counting. Unique among this process's writes, and unlike
+ * another process's (or a killed predecessor's leftovers) but for a 1 in 16M chance, where the
+ * exclusive create fails the write instead of sharing a file. One random draw per process: on the
+ * ADD path, randomBytes cost more than the write itself (~50 us cold).
+ */
+const TEMP_PREFIX = randomBytes(3).toString('hex');
+let tempCount = 0;
+
 function tempPath(path: string): string {
-  return `${path}${TEMP_INFIX}${randomBytes(6).toString('hex')}`;
+  tempCount = (tempCount + 1) % 0x1000000;
+  return `${path}${TEMP_INFIX}${TEMP_PREFIX}${tempCount.toString(16).padStart(6, '0')}`;
 }
 
 async function syncDir(dir: string): Promise<void> {
