@@ -1,5 +1,6 @@
-// The ADD path's state-file work: exactly one write per ADD (with the rules' stamp, before the
-// ADD is answered), a failed write undoes the enrolment, and a DEL naming only the pod finds it
+// The ADD path's state-file work: exactly one write per ADD (with the rules' stamp, as soon as the
+// rules are in, so before the ADD is answered and while ztunnel's ack is still due), a failed
+// write undoes the enrolment, and a DEL naming only the pod finds it
 // through the store's index instead of a scan.
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -18,9 +19,11 @@ const POD: CniPod = { uid: 'uid-1', name: 'web', namespace: 'shop', netnsPath: '
 class CountingStore extends PodStateStore {
   puts = 0;
   failNext = false;
+  /** Fails this many writes, then writes again. */
+  failTimes = 0;
   override put(pod: Parameters<PodStateStore['put']>[0]): void {
     this.puts++;
-    if (this.failNext) throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
+    if (this.failNext || this.failTimes-- > 0) throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
     super.put(pod);
   }
 }
@@ -29,7 +32,7 @@ describe('PodEnroller state writes', () => {
   let dir: string;
   let addon: FakeNetAddon;
   let store: CountingStore;
-  let zds: { added: string[]; deleted: string[] } & ZdsSink;
+  let zds: { added: string[]; deleted: string[]; ack?: Promise<void> } & ZdsSink;
   let enroller: PodEnroller;
   let registry: PodRegistry;
 
@@ -43,6 +46,7 @@ describe('PodEnroller state writes', () => {
       deleted: [],
       async podAdded(uid) {
         zds.added.push(uid);
+        await zds.ack;
       },
       async podDeleted(uid) {
         zds.deleted.push(uid);
@@ -67,6 +71,28 @@ describe('PodEnroller state writes', () => {
     expect(store.list()).toHaveLength(1);
   });
 
+  it('records the pod as soon as its rules are in, while the ack from ztunnel is still due', async () => {
+    let ack!: () => void;
+    zds.ack = new Promise<void>((resolve) => (ack = resolve));
+    let answered = false;
+    const added = enroller.add(POD).then(() => (answered = true));
+    await waitFor(() => store.puts === 1);
+    expect(store.get('uid-1')).toMatchObject({ uid: 'uid-1', nftGeneration: 2 });
+    expect(zds.added).toEqual(['uid-1']);
+    expect(answered).toBe(false);
+    ack();
+    await added;
+    expect(store.puts).toBe(1); // the answer does not write again
+  });
+
+  it('an early write that failed is tried again before the answer', async () => {
+    store.failTimes = 1;
+    await enroller.add(POD);
+    expect(store.puts).toBe(2);
+    expect(store.get('uid-1')).toMatchObject({ uid: 'uid-1' });
+    expect(zds.deleted).toEqual([]);
+  });
+
   it('a failed write fails the ADD and takes the new pod back out of ztunnel and its netns', async () => {
     store.failNext = true;
     await expect(enroller.add(POD)).rejects.toThrow(/cannot record the pod .*ENOSPC/);
@@ -88,4 +114,9 @@ describe('PodEnroller state writes', () => {
 
 function readdirName(store: PodStateStore): string {
   return readdirSync(store.dir).find((n) => n.endsWith('.json')) ?? '';
+}
+
+async function waitFor(condition: () => boolean): Promise<void> {
+  for (let i = 0; i < 200 && !condition(); i++) await new Promise((resolve) => setImmediate(resolve));
+  expect(condition()).toBe(true);
 }
