@@ -1,6 +1,6 @@
 // rtnetlink requests for the in-pod routing that goes with the redirection rules: the fwmark
 // ip rule and the local default route in a dedicated table. Each Rtnl is opened in (and stays
-// bound to) the namespace of the thread that opens it.
+// bound to) the namespace of the thread that opens it; one lives for one netns visit.
 #pragma once
 
 #include <stdint.h>
@@ -89,8 +89,9 @@ class Rtnl {
   bool FwmarkRuleRequest(uint16_t type, uint16_t flags, const FwmarkRule& rule, int* kernel_errno, SysError* err);
   bool LocalRouteRequest(uint16_t type, uint16_t flags, int family, uint32_t table, const std::string& dev,
                          int* kernel_errno, SysError* err);
-  // GetLink once per device and Rtnl: a pod's apply asks about lo twice (up? IPv6?), and an
-  // RTM_GETLINK answer is ~1.5 KB of counters and sysctls the kernel fills for every request.
+  // GetLink for the device asked about last, once per Rtnl: an ADD's visit asks about lo up to
+  // three times (up? up? IPv6?), and an RTM_GETLINK answer is ~1.5 KB of counters and sysctls the
+  // kernel fills for every request.
   bool CachedLink(const std::string& dev, LinkState** out, SysError* err);
 
   std::string cached_dev_;
