@@ -1,8 +1,9 @@
 // The Node.js that runs the agent in the node benchmark: the one the image runs (Dockerfile: the
 // node:24 base, the LTS) with the variables the image's final stage sets for Node and glibc
-// (NODE_OPTIONS, MALLOC_ARENA_MAX, NODE_COMPILE_CACHE, whose cache is warmed here as the image's
-// build warms its own), read from the Dockerfile itself so the two cannot drift. The binary is the pinned official
-// release scripts/node-lts.mjs fetches once (the one `npm run test:node-lts` runs on).
+// (NODE_OPTIONS, the MALLOC_* variables, NODE_COMPILE_CACHE, whose cache is warmed here as the
+// image's build warms its own), read from the Dockerfile itself so the two cannot drift. The
+// binary is the pinned official release scripts/node-lts.mjs fetches once (the one
+// `npm run test:node-lts` runs on).
 // BENCH_AGENT_NODE=<path to node> runs the agent on another binary (e.g. this machine's Node 20,
 // to compare); the image's variables are kept.
 import { execFileSync } from 'node:child_process';

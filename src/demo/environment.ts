@@ -64,7 +64,7 @@ export interface DemoOptions {
   agentNodeArgs?: string[];
   /**
    * The Node.js binary that runs the agent and the variables the image gives it (the node
-   * benchmark runs the image's Node with the image's NODE_OPTIONS, MALLOC_ARENA_MAX and compile
+   * benchmark runs the image's Node with the image's NODE_OPTIONS, MALLOC_* variables and compile
    * cache); default: this process's Node, no variables.
    */
   agentRuntime?: { node: string; env: Record<string, string> };
