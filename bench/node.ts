@@ -39,7 +39,17 @@ import {
   type Footprint,
   type HistogramState,
 } from './node-support.js';
-import { type BenchNetns, elapsedMs, execTool, NetnsPool, summarize, timeMs, useAddonSpawner, type Summary } from './support.js';
+import {
+  type BenchNetns,
+  elapsedMs,
+  execTool,
+  inRoundOfNamespaces,
+  NetnsPool,
+  summarize,
+  timeMs,
+  useAddonSpawner,
+  type Summary,
+} from './support.js';
 import { ztunnelRestartPhase, ztunnelRestartRows, type ZtunnelRestartResult } from './ztunnel-restart.js';
 
 const DEFAULT_PODS = 200;
@@ -257,14 +267,16 @@ async function baseline(r: Results, env: DemoEnvironment, pool: NetnsPool, n: nu
   await nftRules.warmUp();
   const zds = await baselineZds(env);
   let seq = 0;
-  const fresh = async (work: (ns: BenchNetns, handle: ReturnType<typeof env.addon.openNetns>) => Promise<void>): Promise<number> => {
-    const ns = await pool.create();
+  /** Times one mechanism in a namespace of the round (see inRoundOfNamespaces). */
+  const timedIn = async (
+    ns: BenchNetns,
+    work: (ns: BenchNetns, handle: ReturnType<typeof env.addon.openNetns>) => Promise<void>,
+  ): Promise<number> => {
     const handle = env.addon.openNetns(ns.path);
     try {
       return await timeMs(() => work(ns, handle));
     } finally {
       handle.close();
-      await pool.destroy(ns);
     }
   };
   const withAck =
@@ -294,12 +306,17 @@ async function baseline(r: Results, env: DemoEnvironment, pool: NetnsPool, n: nu
     [inProcess, r.baseline.inProcess],
   ];
   try {
-    for (const [work] of mechanisms) await fresh(work); // one untimed pass each (warm caches, prove the tools run)
+    // One untimed pass each (warm caches, prove the tools run), then the timed rounds.
+    await inRoundOfNamespaces(pool, mechanisms.length, async (namespaces) => {
+      for (const [k, [work]] of mechanisms.entries()) await timedIn(namespaces[k]!, work);
+    });
     for (let i = 0; i < n; i++) {
-      for (let k = 0; k < mechanisms.length; k++) {
-        const [work, samples] = mechanisms[(k + i) % mechanisms.length]!;
-        samples.push(await fresh(work));
-      }
+      await inRoundOfNamespaces(pool, mechanisms.length, async (namespaces) => {
+        for (let k = 0; k < mechanisms.length; k++) {
+          const [work, samples] = mechanisms[(k + i) % mechanisms.length]!;
+          samples.push(await timedIn(namespaces[k]!, work));
+        }
+      });
     }
     if (zds.peer.nacks.length > 0) r.notes.push(`baseline peer nacks: ${zds.peer.nacks.slice(0, 3).join('; ')}`);
   } finally {
@@ -434,7 +451,7 @@ function report(r: Results): { markdown: string; last: string[] } {
     `- restart: \`stopAgent('SIGKILL')\`, then \`startAgent()\`; the peer's state checked every 5 ms, /readyz asked (every 5 ms) only once the peer has the full snapshot (so the bench's requests do not load the agent while it restores); "total" = max(/readyz, full snapshot at the peer), so a /readyz that turned 200 earlier is reported at the snapshot; the peer reconnects with backoff (20 ms doubling, max 1 s)`,
     `- burst: the ${BURST} ADDs run concurrently from a separate runtime process (bench/node-cni-driver.ts); wall time from the first ADD until the last returned; "istio-cni entry alone" runs only our entry of the chained conflist with the prevResult bridge + host-local would have passed (the part of the chain this project owns); the driver posix_spawns every plugin at once from a thread per ADD in the node netns (ANA_NETNS_THREADS), as a runtime execs them; "full chain" adds bridge + host-local`,
     `- ztunnel restart (bench/ztunnel-restart.ts): ${r.ztunnelRestart?.[0]?.pods ?? 'N'} concurrent ADDs (full chain, then the istio-cni entry alone) with a healthy native ZDS peer, then the same with the peer stopped just before they start and a new one started BENCH_ZTUNNEL_GAP_MS (default 1000) after the first of them reached the agent; added latency = restart run minus healthy run (p50 and max per-pod ADD, as the runtime sees it); the full chain runs from the driver process (every ADD at once, each plugin posix_spawn'd in the node netns); the istio-cni entry alone is exec'd for all pods at once from this process (it touches no netns); ADDs that reach the agent in the gap wait for the new peer`,
-    `- baseline: fresh namespace per sample; Istio's sequences as bench/istio-sequences.ts runs them (one addon job in the pod netns, processes posix_spawn'd from the worker thread inside it, routing one netlink request per change), then the ZDS add over a ZDS server of the bench's own (this project's server code) to a second native peer and its ack, sequentially, as Istio's AddPodToMesh orders them; interleaved round-robin with the single-exec rows and our in-process row`,
+    `- baseline: fresh namespace per sample (all of a round's created before its first sample, deleted after its last); Istio's sequences as bench/istio-sequences.ts runs them (one addon job in the pod netns, processes posix_spawn'd from the worker thread inside it, routing one netlink request per change), then the ZDS add over a ZDS server of the bench's own (this project's server code) to a second native peer and its ack, sequentially, as Istio's AddPodToMesh orders them; interleaved round-robin with the single-exec rows and our in-process row`,
     ...r.notes.map((n) => `- ${n}`),
   ];
   const last = [

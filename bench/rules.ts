@@ -1,8 +1,9 @@
 // Per-pod rule-install latency: the addon's in-process path (open netns + the prebuilt nf_tables
 // batch + the routing in one rtnetlink sendmsg, one netns visit) against what Istio's node agent
 // really runs per pod (bench/istio-sequences.ts: the iptables and the knftables sequences), and
-// the single-exec rows of earlier runs, each timed in its own fresh namespace, interleaved
-// round-robin; with IPv6 on (Istio's chart default) and off.
+// the single-exec rows of earlier runs, each timed in its own fresh namespace (all of a round's
+// created before its first sample), interleaved round-robin; with IPv6 on (Istio's chart
+// default) and off.
 // Usage: BENCH_PODS=200 [BENCH_IPV6=1|0] node dist/bench/rules.js   (root; creates namespaces only)
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -36,6 +37,7 @@ import {
   execTool,
   useAddonSpawner,
   formatTable,
+  inRoundOfNamespaces,
   ip,
   NetnsPool,
   summarize,
@@ -316,13 +318,16 @@ async function runRounds(ctx: Ctx, pool: NetnsPool, pods: number): Promise<Map<s
   const samples = new Map<string, number[]>();
   for (let i = 0; i < pods; i++) {
     const k = i % SLOTS.length;
-    for (const slot of [...SLOTS.slice(k), ...SLOTS.slice(0, k)]) {
-      for (const [label, ms] of await inFreshNetns(pool, (ns) => slot.run(ctx, ns))) {
-        const list = samples.get(label) ?? [];
-        list.push(ms);
-        samples.set(label, list);
+    const order = [...SLOTS.slice(k), ...SLOTS.slice(0, k)];
+    await inRoundOfNamespaces(pool, order.length, async (namespaces) => {
+      for (const [j, slot] of order.entries()) {
+        for (const [label, ms] of await slot.run(ctx, namespaces[j]!)) {
+          const list = samples.get(label) ?? [];
+          list.push(ms);
+          samples.set(label, list);
+        }
       }
-    }
+    });
     if ((i + 1) % 50 === 0 || i + 1 === pods) process.stderr.write(`  ${i + 1}/${pods} iterations\n`);
   }
   return samples;
@@ -413,7 +418,7 @@ function resourceNotes(start: Resources, before: Resources, after: Resources, ho
 
 function methodNotes(cfg: Config, pool: NetnsPool): string[] {
   return [
-    `each sample: fresh netns (ip netns add + lo up, untimed) -> one mechanism (timed, process.hrtime.bigint) -> ip netns del (untimed)`,
+    `each sample: its own fresh netns (ip netns add + lo up, untimed), one mechanism (timed, process.hrtime.bigint); a round's namespaces are all created before its first sample and deleted after its last (ip netns del, untimed), so no sample overlaps the setup processes or the kernel's teardown of a namespace deleted just before`,
     `every child process (untimed setup and the exec rows) is posix_spawn'd (clone with CLONE_VM|CLONE_VFORK, as Go/Istio spawns) from an addon thread in the host netns; Node's fork-based child_process would leave this process copy-on-write and bill the in-process rows for the page faults`,
     `mechanisms interleaved round-robin per iteration with a rotating start; ${cfg.pods} iterations; namespaces ${pool.prefix}*`,
     `Istio's sequences (bench/istio-sequences.ts): one addon job in the pod netns, every process posix_spawn'd from the worker thread that setns()ed in (as Istio spawns from its netns-locked OS thread; no nsenter), the routing one netlink request per change from that thread`,

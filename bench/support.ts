@@ -63,6 +63,24 @@ export class NetnsPool {
 }
 
 /**
+ * One fresh namespace per sample of a round, all created before the round's first timed sample
+ * and deleted after its last. Created and deleted around each sample, every timed mechanism ran
+ * right after two `ip` processes and while the kernel was still tearing down the previous
+ * sample's namespace (cleanup_net runs on a kworker after the delete returns, on the same two
+ * CPUs): harness work, in the middle of each sample, that no agent does per pod. Every mechanism
+ * gets the same treatment, so the rows stay side by side.
+ */
+export async function inRoundOfNamespaces<T>(pool: NetnsPool, count: number, work: (namespaces: BenchNetns[]) => Promise<T>): Promise<T> {
+  const namespaces: BenchNetns[] = [];
+  try {
+    for (let i = 0; i < count; i++) namespaces.push(await pool.create());
+    return await work(namespaces);
+  } finally {
+    for (const ns of namespaces) await pool.destroy(ns);
+  }
+}
+
+/**
  * Where the benchmark's child processes come from. Node's child_process forks, and a fork leaves
  * every page of this process copy-on-write until touched again, so whatever runs next in-process
  * pays page faults that no agent pays. Go (Istio) spawns with clone(CLONE_VM|CLONE_VFORK), and so
