@@ -11,8 +11,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <future>
-
 namespace zds_peer {
 namespace {
 
@@ -73,72 +71,33 @@ void CloseAll(PodSockets* sockets) {
   sockets->fds.clear();
 }
 
-NetnsWorker::NetnsWorker() {
-  home_fd_ = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-  if (home_fd_ < 0) {
+int OpenHomeNetns() {
+  int fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     perror("zds-peer: open /proc/thread-self/ns/net");
     exit(1);
   }
-  thread_ = std::thread([this] { Loop(); });
+  return fd;
 }
 
-NetnsWorker::~NetnsWorker() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
+bool BindListeners(int netns_fd, int home_fd, PodSockets* out, std::string* error) {
+  if (setns(netns_fd, CLONE_NEWNET) != 0) {
+    *error = std::string("setns: ") + strerror(errno);
+    return false;
   }
-  cv_.notify_one();
-  thread_.join();
-  close(home_fd_);
-}
-
-void NetnsWorker::Loop() {
-  for (;;) {
-    std::function<void()> job;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;
-      job = std::move(jobs_.front());
-      jobs_.pop();
+  bool ok = true;
+  for (const Listener& l : kListeners) {
+    int fd = MakeListener(l, error);
+    if (fd < 0) {
+      ok = false;
+      break;
     }
-    job();
+    out->fds.push_back(fd);
   }
-}
-
-void NetnsWorker::Run(std::function<void()> job) {
-  std::packaged_task<void()> task(std::move(job));
-  std::future<void> done = task.get_future();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    jobs_.push([&task] { task(); });
+  if (setns(home_fd, CLONE_NEWNET) != 0) {
+    perror("zds-peer: setns home");
+    abort();
   }
-  cv_.notify_one();
-  done.wait();
-}
-
-bool NetnsWorker::BindListeners(int netns_fd, PodSockets* out, std::string* error) {
-  bool ok = false;
-  Run([&] {
-    if (setns(netns_fd, CLONE_NEWNET) != 0) {
-      *error = std::string("setns: ") + strerror(errno);
-      return;
-    }
-    ok = true;
-    for (const Listener& l : kListeners) {
-      int fd = MakeListener(l, error);
-      if (fd < 0) {
-        ok = false;
-        break;
-      }
-      out->fds.push_back(fd);
-    }
-    // A worker that cannot get home would bind the next pod's sockets in this pod: give up.
-    if (setns(home_fd_, CLONE_NEWNET) != 0) {
-      perror("zds-peer: setns home");
-      abort();
-    }
-  });
   if (!ok) CloseAll(out);
   return ok;
 }

@@ -1,13 +1,9 @@
-// ztunnel's in-pod listeners, made inside the pod's netns on a worker thread that setns()es in
-// and back (the main thread never changes namespace; a socket keeps the namespace it was made in).
+// ztunnel's in-pod listeners, made inside the pod's netns by the thread that handles the add: it
+// setns()es in, binds, and setns()es back, as ztunnel's InpodNetns::run does around the socket
+// factory (src/inpod/netns.rs); a socket keeps the namespace it was made in.
 #pragma once
 
-#include <condition_variable>
-#include <functional>
-#include <mutex>
-#include <queue>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace zds_peer {
@@ -18,27 +14,12 @@ struct PodSockets {
   std::vector<int> fds;
 };
 
-class NetnsWorker {
- public:
-  NetnsWorker();
-  ~NetnsWorker();
-  NetnsWorker(const NetnsWorker&) = delete;
-  NetnsWorker& operator=(const NetnsWorker&) = delete;
+// The calling thread's own network namespace, to come back to (exits when it cannot be opened).
+int OpenHomeNetns();
 
-  // Runs on the worker: setns(netns_fd), bind the listeners, setns home. Blocks until done.
-  bool BindListeners(int netns_fd, PodSockets* out, std::string* error);
-
- private:
-  void Loop();
-  void Run(std::function<void()> job);
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::queue<std::function<void()>> jobs_;
-  bool stopping_ = false;
-  int home_fd_ = -1;
-  std::thread thread_;
-};
+// On the calling thread: setns(netns_fd), bind the listeners, setns(home_fd). A thread that cannot
+// get home would bind the next pod's sockets in this pod, so that aborts the process.
+bool BindListeners(int netns_fd, int home_fd, PodSockets* out, std::string* error);
 
 void CloseAll(PodSockets* sockets);
 

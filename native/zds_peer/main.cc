@@ -1,7 +1,11 @@
 // zds-peer: a native ZDS client for benchmarks, doing what ztunnel does between an add and its
 // ack (zds-protocol.md): hello, then for each add fstat the netns fd, bind the in-pod listeners
-// inside that netns on a worker thread, ack; del closes them; snapshot_sent drops pods the
-// snapshot did not mention. It reconnects (20 ms doubling to 1 s) when the agent goes away.
+// inside that netns, ack; del closes them; snapshot_sent drops pods the snapshot did not mention.
+// It reconnects (20 ms doubling to 1 s) when the agent goes away. The whole session runs on one
+// worker thread (the main thread only waits for it), and each add is handled on that thread from
+// read to ack, setns in and back around the binds: ztunnel's workload manager reads a message,
+// processes it and acks in one task (src/inpod/workloadmanager.rs run_internal), entering the
+// netns inline (src/inpod/netns.rs InpodNetns::run), with no hand-off to another thread.
 // Usage: zds-peer <socket path>. One status line per event on stdout (for the benchmark):
 //   connected <n> | snapshot <pods> | add <uid> <namespace>/<name> <add->ack µs> | del <uid> | nack <uid> <why>
 // add and del lines go out once the peer is idle (no request for kIdleFlushMs): a line written
@@ -21,6 +25,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "listeners.h"
 #include "wire.h"
@@ -46,7 +51,9 @@ class Peer {
  public:
   explicit Peer(std::string path) : path_(std::move(path)) {}
 
+  // On the session's thread; never returns.
   [[noreturn]] void Run() {
+    home_fd_ = OpenHomeNetns();
     for (int64_t backoff_ms = 20;; backoff_ms = backoff_ms * 2 > 1000 ? 1000 : backoff_ms * 2) {
       int fd = Connect();
       if (fd < 0) {
@@ -174,7 +181,7 @@ class Peer {
     Pod pod;
     pod.netns_fd = fd;
     std::string error;
-    if (!worker_.BindListeners(fd, &pod.sockets, &error)) {
+    if (!BindListeners(fd, home_fd_, &pod.sockets, &error)) {
       close(fd);
       return error;
     }
@@ -230,7 +237,7 @@ class Peer {
   int connections_ = 0;
   bool unflushed_ = false;
   std::map<std::string, Pod> pods_;
-  NetnsWorker worker_;
+  int home_fd_ = -1;
 };
 
 }  // namespace
@@ -243,5 +250,7 @@ int main(int argc, char** argv) {
   }
   setvbuf(stdout, nullptr, _IOFBF, 1 << 16);  // flushed by Peer (see the top)
   signal(SIGPIPE, SIG_IGN);
-  zds_peer::Peer(argv[1]).Run();
+  zds_peer::Peer peer(argv[1]);
+  std::thread session([&peer] { peer.Run(); });
+  session.join();  // never returns: the peer runs until it is killed
 }
