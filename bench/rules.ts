@@ -418,7 +418,7 @@ function resourceNotes(start: Resources, before: Resources, after: Resources, ho
 
 function methodNotes(cfg: Config, pool: NetnsPool): string[] {
   return [
-    `each sample: its own fresh netns (ip netns add + lo up, untimed), one mechanism (timed, process.hrtime.bigint); a round's namespaces are all created before its first sample and deleted after its last (ip netns del, untimed), so no sample overlaps the setup processes or the kernel's teardown of a namespace deleted just before`,
+    `each sample: its own fresh netns (ip netns add + lo up, untimed), one mechanism (timed, process.hrtime.bigint); a round's namespaces are all created before its first sample and deleted after its last (ip netns del, untimed), so no sample runs right after the setup processes or right after a namespace's delete (whose teardown the kernel finishes asynchronously)`,
     `every child process (untimed setup and the exec rows) is posix_spawn'd (clone with CLONE_VM|CLONE_VFORK, as Go/Istio spawns) from an addon thread in the host netns; Node's fork-based child_process would leave this process copy-on-write and bill the in-process rows for the page faults`,
     `mechanisms interleaved round-robin per iteration with a rotating start; ${cfg.pods} iterations; namespaces ${pool.prefix}*`,
     `Istio's sequences (bench/istio-sequences.ts): one addon job in the pod netns, every process posix_spawn'd from the worker thread that setns()ed in (as Istio spawns from its netns-locked OS thread; no nsenter), the routing one netlink request per change from that thread`,

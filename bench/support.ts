@@ -65,10 +65,10 @@ export class NetnsPool {
 /**
  * One fresh namespace per sample of a round, all created before the round's first timed sample
  * and deleted after its last. Created and deleted around each sample, every timed mechanism ran
- * right after two `ip` processes and while the kernel was still tearing down the previous
- * sample's namespace (cleanup_net runs on a kworker after the delete returns, on the same two
- * CPUs): harness work, in the middle of each sample, that no agent does per pod. Every mechanism
- * gets the same treatment, so the rows stay side by side.
+ * right after two `ip` processes and right after the previous sample's `ip netns del`, whose
+ * teardown the kernel finishes asynchronously (cleanup_net on a kworker, on the same two CPUs):
+ * harness work next to each sample that no agent does per pod. Every mechanism gets the same
+ * treatment, so the rows stay side by side.
  */
 export async function inRoundOfNamespaces<T>(pool: NetnsPool, count: number, work: (namespaces: BenchNetns[]) => Promise<T>): Promise<T> {
   const namespaces: BenchNetns[] = [];
