@@ -5,7 +5,7 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { PodEnroller, type CniPod } from '../../src/standalone/enroller.js';
 import { PodStateStore } from '../../src/standalone/state-store.js';
 import { NftablesInpodRules } from '../../src/rules/nftables-manager.js';
@@ -76,7 +76,7 @@ describe('PodEnroller state writes', () => {
     zds.ack = new Promise<void>((resolve) => (ack = resolve));
     let answered = false;
     const added = enroller.add(POD).then(() => (answered = true));
-    await waitFor(() => store.puts === 1);
+    await vi.waitFor(() => expect(store.puts).toBe(1), { timeout: 2_000, interval: 1 });
     expect(store.get('uid-1')).toMatchObject({ uid: 'uid-1', nftGeneration: 2 });
     expect(zds.added).toEqual(['uid-1']);
     expect(answered).toBe(false);
@@ -114,9 +114,4 @@ describe('PodEnroller state writes', () => {
 
 function readdirName(store: PodStateStore): string {
   return readdirSync(store.dir).find((n) => n.endsWith('.json')) ?? '';
-}
-
-async function waitFor(condition: () => boolean): Promise<void> {
-  for (let i = 0; i < 200 && !condition(); i++) await new Promise((resolve) => setImmediate(resolve));
-  expect(condition()).toBe(true);
 }
