@@ -290,26 +290,16 @@ function assertInstalled(ctx: Ctx, ns: BenchNetns, check: Slot['check']): void {
 
 // ---- running -----------------------------------------------------------------------------
 
-async function inFreshNetns<T>(pool: NetnsPool, work: (ns: BenchNetns) => Promise<T>): Promise<T> {
-  const ns = await pool.create();
-  try {
-    return await work(ns);
-  } finally {
-    await pool.destroy(ns);
-  }
-}
-
 /** Runs every slot once and checks the result, so no row can be timing a no-op. Returns first samples. */
 async function verifySlots(ctx: Ctx, pool: NetnsPool): Promise<Map<string, number>> {
   const first = new Map<string, number>();
-  for (const slot of SLOTS) {
-    const samples = await inFreshNetns(pool, async (ns) => {
-      const result = await slot.run(ctx, ns);
+  await inRoundOfNamespaces(pool, SLOTS.length, async (namespaces) => {
+    for (const [j, slot] of SLOTS.entries()) {
+      const ns = namespaces[j]!;
+      for (const [label, ms] of await slot.run(ctx, ns)) first.set(label, ms);
       assertInstalled(ctx, ns, slot.check);
-      return result;
-    });
-    for (const [label, ms] of samples) first.set(label, ms);
-  }
+    }
+  });
   return first;
 }
 
