@@ -19,6 +19,7 @@
         "native/marked_socket.cc",
         "native/spawn.cc",
         "native/steps.cc",
+        "native/step_clock.cc",
         "native/seqpacket.cc",
         "native/fd_poller.cc",
         "native/netlink_watch.cc"

@@ -35,6 +35,12 @@ import {
   histogramQuantileMs,
   listeningPorts,
   scrapeOnboarding,
+  addStepSamples,
+  emptyStepSamples,
+  threadsOnly,
+  threadSchedstat,
+  TIMED_STEPS,
+  type StepSamples,
   type BenchPod,
   type Footprint,
   type HistogramState,
@@ -114,6 +120,13 @@ interface Results {
   baseline: { iptExec: number[]; nftExec: number[]; inProcess: number[]; istioIpt: number[]; istioNft: number[] };
   /** The native peer's own add -> ack time, per onboarding pod. */
   peerAck: number[];
+  /** The netns thread's own CPU and wall time per step, per onboarding pod (the agent's metrics). */
+  stepsInPlace: StepSamples;
+  /** The same for the in-process baseline row (the bench process's own addon). */
+  stepsInProcess: StepSamples;
+  /** The agent's event loop (its main thread) over each chained ADD: on a CPU, and waiting for one (schedstat). */
+  loopRun: number[];
+  loopWait: number[];
   istioInputs?: IstioInputs;
   agentRuntime?: AgentRuntime;
   notes: string[];
@@ -131,11 +144,20 @@ async function onboarding(r: Results, pods: BenchPods, metricsPort: number | und
     for (let i = 0; i < round; i++) {
       const pod = await pods.prepare();
       created.push(pod);
+      const loopBefore = r.agentPid !== undefined ? threadSchedstat(r.agentPid) : undefined;
       r.total.push(await pods.add(pod));
+      if (loopBefore && r.agentPid !== undefined) {
+        const loopAfter = threadSchedstat(r.agentPid);
+        r.loopRun.push(loopAfter.runMs - loopBefore.runMs);
+        r.loopWait.push(loopAfter.waitMs - loopBefore.waitMs);
+      }
       if (metricsPort !== undefined && before !== undefined) {
         const after = await scrapeOnboarding(metricsPort);
         const ms = deltaMs(before, after);
-        if (ms !== undefined) r.agent.push(ms);
+        if (ms !== undefined) {
+          r.agent.push(ms);
+          addStepSamples(r.stepsInPlace, before, after);
+        }
         before = after;
       }
     }
@@ -296,7 +318,9 @@ async function baseline(r: Results, env: DemoEnvironment, pool: NetnsPool, n: nu
     await execTool(nsenter(ns, ['nft', '-f', '-']), script);
   };
   const inProcess = async (_ns: BenchNetns, handle: ReturnType<typeof env.addon.openNetns>): Promise<void> => {
+    const before = threadsOnly(env.addon.stats());
     await nftRules.apply(handle, NO_OVERRIDES);
+    addStepSamples(r.stepsInProcess, before, threadsOnly(env.addon.stats()));
   };
   const mechanisms: Array<[(ns: BenchNetns, h: ReturnType<typeof env.addon.openNetns>) => Promise<void>, number[]]> = [
     [withAck('iptables'), r.baseline.istioIpt],
@@ -343,6 +367,14 @@ function tool(argv: string[]): string {
   } catch {
     return `${argv[0]}: unavailable`;
   }
+}
+
+/** `lo up 0.100 / 0.102, ...`: each timed step's CPU and wall p50. */
+function stepLine(samples: StepSamples): string {
+  const p50 = (xs: number[]): string => (xs.length > 0 ? f(summarize(xs).p50) : 'n/a');
+  const names: Record<(typeof TIMED_STEPS)[number], string> = { setLinkUp: 'lo up', nftBatch: 'nft batch', routing: 'routing' };
+  const steps = TIMED_STEPS.map((op) => `${names[op]} ${p50(samples[op].cpu)} / ${p50(samples[op].wall)}`);
+  return [...steps, `to the thread ${p50(samples.queue)}`, `back to the event loop ${p50(samples.result)}`].join(', ');
 }
 
 const met = (ok: boolean | undefined): string => (ok === undefined ? 'n/a' : ok ? 'met' : 'MISSED');
@@ -399,14 +431,30 @@ function report(r: Results): { markdown: string; last: string[] } {
     row('  of which lo up -> ZDS send -> peer ack, alongside the rules (enroller log zdsMs)', sum(r.zds)),
     row('  the rest: HTTP, JSON, checks, netns open, answer (share - max(rules, ZDS), per pod)', sum(r.outside)),
     row('  the native peer itself: add received -> ack sent (its own clock)', sum(r.peerAck)),
+    row("  the agent's netns thread in the pod, its own CPU (thread clock, user + kernel): lo up", sum(r.stepsInPlace.setLinkUp.cpu)),
+    row("  the agent's netns thread in the pod, its own CPU: the nft batch", sum(r.stepsInPlace.nftBatch.cpu)),
+    row("  the agent's netns thread in the pod, its own CPU: the routing batch", sum(r.stepsInPlace.routing.cpu)),
+    row("  the agent's hop to its netns threads: submit -> a thread picks the job up (the pod's jobs, summed)", sum(r.stepsInPlace.queue)),
+    row(
+      "  the agent's hop back: a thread posts a result -> the event loop settles it (the pod's results, summed)",
+      sum(r.stepsInPlace.result),
+    ),
+    row(
+      "  the agent's event loop over the whole chained ADD, on a CPU (its schedstat; idle while bridge and host-local run)",
+      sum(r.loopRun),
+    ),
+    row("  the agent's event loop over the whole chained ADD, runnable and waiting for a CPU (its schedstat)", sum(r.loopWait)),
     row("Istio's per-pod sequence, iptables (chart default) + ZDS add + peer ack, sequential", istioIpt),
     row("Istio's per-pod sequence, knftables (NATIVE_NFTABLES) + ZDS add + peer ack, sequential", istioNft),
     row('single exec: 2x nsenter ip + nsenter iptables-restore (no ZDS)', sum(r.baseline.iptExec)),
     row('single exec: nsenter nft -f + routing via netlink (no ZDS)', sum(r.baseline.nftExec)),
     row('ours: in-process rule install only (nft batch + routing, no ZDS; bench process)', inproc),
+    row('  its netns thread, its own CPU: the nft batch (bench process)', sum(r.stepsInProcess.nftBatch.cpu)),
     ...sequences,
     ``,
     `ratio (Istio's sequence + ack p50 / agent share p50): iptables ${f(ratioIpt, 1)}x, knftables ${f(ratioNft, 1)}x`,
+    ``,
+    `netns thread, per step, CPU / wall p50 ms (CPU = wall: the step works, nothing waits; the agent's from ambient_node_agent_netns_* per pod), then the pod's two hops (p50 ms): in the agent ${stepLine(r.stepsInPlace)}; in the bench process ${stepLine(r.stepsInProcess)}`,
     ``,
     `## Burst, restart, footprint`,
     ``,
@@ -520,6 +568,10 @@ async function main(): Promise<void> {
     outside: [],
     peerAck: [],
     baseline: { iptExec: [], nftExec: [], inProcess: [], istioIpt: [], istioNft: [] },
+    stepsInPlace: emptyStepSamples(),
+    loopRun: [],
+    loopWait: [],
+    stepsInProcess: emptyStepSamples(),
     notes: [],
   };
   const only = readPhases();

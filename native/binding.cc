@@ -17,6 +17,7 @@ extern char** environ;
 #include "nft_runner.h"
 #include "nft_tables.h"
 #include "seqpacket.h"
+#include "step_clock.h"
 #include "steps.h"
 
 namespace ana {
@@ -41,6 +42,10 @@ struct AddonState {
   SysError executor_error;
   Napi::ThreadSafeFunction tsfn;
   size_t pending = 0;  // segments not settled yet; the loop is kept alive only while this is non-zero
+  // A segment's post from its worker to its settlement on the JS thread (the event loop waking
+  // and getting a CPU), summed; JS thread only.
+  uint64_t results_delivered = 0;
+  uint64_t result_wait_ns = 0;
   bool closing = false;
 };
 
@@ -88,12 +93,15 @@ class VisitJob : public NetnsJob {
     AddonState* state;
     std::unique_ptr<Segment> segment;
     SysError enter_error;
+    uint64_t posted_ns;
   };
 
   static void Post(AddonState* state, std::unique_ptr<Segment> segment, const SysError& enter_error) {
-    auto* settlement = new Settlement{state, std::move(segment), enter_error};
+    auto* settlement = new Settlement{state, std::move(segment), enter_error, MonotonicNs()};
     napi_status status = state->tsfn.NonBlockingCall(settlement, [](Napi::Env env, Napi::Function, Settlement* p) {
       std::unique_ptr<Settlement> owned(p);
+      owned->state->results_delivered++;
+      owned->state->result_wait_ns += MonotonicNs() - owned->posted_ns;
       if (--owned->state->pending == 0 && !owned->state->closing) owned->state->tsfn.Unref(env);
       owned->segment->Settle(env, owned->enter_error);
     });
@@ -607,6 +615,18 @@ Napi::Value ExecutorStatsJs(const Napi::CallbackInfo& info) {
   o.Set("threadsAlive", s.threads_alive);
   o.Set("jobsRun", static_cast<double>(s.jobs_run));
   o.Set("pending", static_cast<double>(state->pending));
+  o.Set("queueWaitSeconds", static_cast<double>(s.queue_wait_ns) / 1e9);
+  o.Set("resultsDelivered", static_cast<double>(state->results_delivered));
+  o.Set("resultWaitSeconds", static_cast<double>(state->result_wait_ns) / 1e9);
+  Napi::Object steps = Napi::Object::New(env);
+  for (const StepTimeTotal& t : StepClock::Totals()) {
+    Napi::Object total = Napi::Object::New(env);
+    total.Set("count", static_cast<double>(t.count));
+    total.Set("cpuSeconds", static_cast<double>(t.cpu_ns) / 1e9);
+    total.Set("wallSeconds", static_cast<double>(t.wall_ns) / 1e9);
+    steps.Set(t.step, total);
+  }
+  o.Set("steps", steps);
   return o;
 }
 

@@ -1,5 +1,7 @@
 #include "netns_executor.h"
 
+#include "step_clock.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -39,6 +41,7 @@ void NetnsExecutor::StartWorkerLocked() {
 
 void NetnsExecutor::Submit(std::unique_ptr<NetnsJob> job) {
   SysError refused;
+  job->submitted_ns = MonotonicNs();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;  // the job is dropped with the executor
@@ -85,6 +88,7 @@ std::unique_ptr<NetnsJob> NetnsExecutor::NextJob() {
   if (stopping_) return nullptr;
   auto job = std::move(queue_.front());
   queue_.pop_front();
+  stats_.queue_wait_ns += MonotonicNs() - job->submitted_ns;
   return job;
 }
 

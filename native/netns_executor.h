@@ -31,6 +31,7 @@ class NetnsJob {
   int target_fd = -1;
   SysError enter_error;        // set when the worker could not enter the namespace
   bool poison_return = false;  // test hook: make the way back home fail
+  uint64_t submitted_ns = 0;   // CLOCK_MONOTONIC at Submit (the queue wait's start)
 
   void CloseTarget();
 };
@@ -40,6 +41,9 @@ struct ExecutorStats {
   unsigned threads_retired = 0;
   unsigned threads_alive = 0;
   unsigned long long jobs_run = 0;
+  // Submit to a worker's pick-up, summed over the jobs picked up: waking a worker and its
+  // getting a CPU (or a busy pool).
+  unsigned long long queue_wait_ns = 0;
 };
 
 class NetnsExecutor {

@@ -6,6 +6,7 @@
 #include "nft_batch.h"
 #include "nft_runner.h"
 #include "nft_tables.h"
+#include "step_clock.h"
 
 namespace ana {
 namespace {
@@ -102,7 +103,10 @@ bool RunSteps(const std::vector<Step>& steps, LazyRtnl* rtnl, std::vector<StepRe
               SysError* err) {
   results->assign(steps.size(), StepResult{});
   for (size_t i = 0; i < steps.size(); i++) {
-    if (RunStep(steps[i], rtnl, &(*results)[i], err)) continue;
+    StepClock clock;
+    bool ok = RunStep(steps[i], rtnl, &(*results)[i], err);
+    clock.Stop(steps[i].name);
+    if (ok) continue;
     *failed_step = i;
     for (auto& r : *results) {
       if (r.fd >= 0) close(r.fd);

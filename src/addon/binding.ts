@@ -11,12 +11,30 @@ export interface RawNetnsInfo {
   ino: number;
   dev: number;
 }
+/** What one kind of step has cost the threads that ran it, since the process started. */
+export interface StepTimeTotal {
+  /** Steps run (failed ones too). */
+  count: number;
+  /** The running thread's own CPU time in them (CLOCK_THREAD_CPUTIME_ID: user + kernel). */
+  cpuSeconds: number;
+  /** The wall time around them; above cpuSeconds when a step waited (a lock, a CPU, a child). */
+  wallSeconds: number;
+}
+
 export interface RawExecutorStats {
   threadsStarted: number;
   threadsRetired: number;
   threadsAlive: number;
   jobsRun: number;
   pending: number;
+  /** Summed over jobsRun: submit to a worker's pick-up (waking it, its getting a CPU). */
+  queueWaitSeconds: number;
+  /** Step lists whose results reached the JS thread. */
+  resultsDelivered: number;
+  /** Summed over resultsDelivered: a worker's post to the settlement on the JS thread. */
+  resultWaitSeconds: number;
+  /** By step op ('nftBatch', 'setLinkUp', ...), process-wide. */
+  steps: Record<string, StepTimeTotal>;
 }
 
 export interface RawDatagram {

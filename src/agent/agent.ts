@@ -83,6 +83,7 @@ export class Agent {
     });
     this.metrics = deps.metrics ?? new AgentMetrics();
     const metrics = this.metrics;
+    metrics.netnsThreads(() => this.addon.stats());
     const backend =
       config.backend === 'nftables' ? new NftablesInpodRules(this.addon, settings) : new IptablesInpodRules(this.addon, settings);
     this.#backendRules = backend;

@@ -155,7 +155,24 @@ export class FakeNetAddon implements NetAddon {
   }
 
   stats(): RawExecutorStats {
-    return { threadsStarted: 1, threadsRetired: 0, threadsAlive: 1, jobsRun: this.runs.length, pending: 0 };
+    // The fake takes no time: only the counts are real.
+    const steps: RawExecutorStats['steps'] = {};
+    for (const step of this.runs.flatMap((r) => r.steps)) {
+      const total = (steps[step.op] ??= { count: 0, cpuSeconds: 0, wallSeconds: 0 });
+      total.count++;
+    }
+    const lists = this.runs.length;
+    return {
+      threadsStarted: 1,
+      threadsRetired: 0,
+      threadsAlive: 1,
+      jobsRun: lists,
+      pending: 0,
+      queueWaitSeconds: 0,
+      resultsDelivered: lists,
+      resultWaitSeconds: 0,
+      steps,
+    };
   }
 
   /** All steps run in `path`, flattened, in order. */

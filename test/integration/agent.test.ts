@@ -282,6 +282,9 @@ describe('standalone agent', () => {
     expect(text).toMatch(/ambient_node_agent_pod_onboarding_seconds_count\{result="ok"\} 1/);
     expect(text).toMatch(/ambient_node_agent_rule_operation_seconds_count\{backend="nftables",operation="apply",result="ok"\} 1/);
     expect(text).toMatch(/ambient_node_agent_zds_ack_seconds_count\{request="add",result="ok"\} 1/);
+    // The addon's netns-thread totals, read at the scrape (the pod's lo came up in its visit).
+    expect(text).toMatch(/ambient_node_agent_netns_steps_total\{step="setLinkUp"\} [1-9]/);
+    expect(text).toMatch(/ambient_node_agent_netns_jobs_total [1-9]/);
     expect(text).toMatch(/ambient_node_agent_zds_ack_seconds_count\{request="snapshotSent",result="ok"\} 1/);
     expect(text).toContain('process_cpu_user_seconds_total');
     expect(text).toContain('# TYPE istio_cni_install_ready gauge');

@@ -168,6 +168,41 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
     expect(Number(self.slice(self.lastIndexOf(')') + 2).split(' ')[38])).toBe(0); // the JS thread: SCHED_OTHER
   });
 
+  it("times every step with the running thread's own CPU clock beside the wall clock, failed ones too, and both hops", async () => {
+    const start = addon.stats();
+    const before = start.steps;
+    // A child that sleeps: the step waits (wall) while its thread does next to nothing (CPU).
+    await addon.run(handle, [{ op: 'exec', argv: ['sleep', '0.1'] }] as const);
+    // Work the thread does itself, in the kernel: 50 ruleset generation reads.
+    await addon.run(
+      handle,
+      Array.from({ length: 50 }, () => ({ op: 'nftGeneration' }) as const),
+    );
+    await expect(addon.run(handle, [{ op: 'setLinkUp', dev: 'nosuchdev0' }])).rejects.toMatchObject({ code: 'ENODEV' });
+    await new Promise((r) => setTimeout(r, 20)); // a worker counts its job after posting the result
+    const end = addon.stats();
+    const after = end.steps;
+    // Three lists, three jobs (exec runs alone), each with both hops timed.
+    expect(end.jobsRun - start.jobsRun).toBe(3);
+    expect(end.resultsDelivered - start.resultsDelivered).toBe(3);
+    expect(end.queueWaitSeconds).toBeGreaterThan(start.queueWaitSeconds);
+    expect(end.resultWaitSeconds).toBeGreaterThan(start.resultWaitSeconds);
+    const delta = (op: string): { count: number; cpu: number; wall: number } => ({
+      count: after[op]!.count - (before[op]?.count ?? 0),
+      cpu: after[op]!.cpuSeconds - (before[op]?.cpuSeconds ?? 0),
+      wall: after[op]!.wallSeconds - (before[op]?.wallSeconds ?? 0),
+    });
+    const exec = delta('exec');
+    expect(exec.count).toBe(1);
+    expect(exec.wall).toBeGreaterThanOrEqual(0.1);
+    expect(exec.cpu).toBeLessThan(exec.wall / 2);
+    const gen = delta('nftGeneration');
+    expect(gen.count).toBe(50);
+    expect(gen.cpu).toBeGreaterThan(0);
+    expect(gen.cpu).toBeLessThanOrEqual(gen.wall);
+    expect(delta('setLinkUp').count).toBe(1);
+  });
+
   it('retires a worker whose way home fails and replaces it', async () => {
     const before = addon.stats();
     await loadRawAddon().runInNetns(handle.fd, [{ op: 'netnsId' }], { poisonReturn: true }); // the addon's test hook
