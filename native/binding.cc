@@ -604,20 +604,7 @@ Napi::Value WarmUpJs(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-Napi::Value ExecutorStatsJs(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Napi::Object o = Napi::Object::New(env);
-  AddonState* state = State(env);
-  if (!state->executor) return o;
-  ExecutorStats s = state->executor->Stats();
-  o.Set("threadsStarted", s.threads_started);
-  o.Set("threadsRetired", s.threads_retired);
-  o.Set("threadsAlive", s.threads_alive);
-  o.Set("jobsRun", static_cast<double>(s.jobs_run));
-  o.Set("pending", static_cast<double>(state->pending));
-  o.Set("queueWaitSeconds", static_cast<double>(s.queue_wait_ns) / 1e9);
-  o.Set("resultsDelivered", static_cast<double>(state->results_delivered));
-  o.Set("resultWaitSeconds", static_cast<double>(state->result_wait_ns) / 1e9);
+Napi::Object StepTotalsToJs(Napi::Env env) {
   Napi::Object steps = Napi::Object::New(env);
   for (const StepTimeTotal& t : StepClock::Totals()) {
     Napi::Object total = Napi::Object::New(env);
@@ -626,7 +613,24 @@ Napi::Value ExecutorStatsJs(const Napi::CallbackInfo& info) {
     total.Set("wallSeconds", static_cast<double>(t.wall_ns) / 1e9);
     steps.Set(t.step, total);
   }
-  o.Set("steps", steps);
+  return steps;
+}
+
+// Every field, zero without an executor (it could not start): /metrics reads them all.
+Napi::Value ExecutorStatsJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  AddonState* state = State(env);
+  ExecutorStats s = state->executor ? state->executor->Stats() : ExecutorStats{};
+  o.Set("threadsStarted", s.threads_started);
+  o.Set("threadsRetired", s.threads_retired);
+  o.Set("threadsAlive", s.threads_alive);
+  o.Set("jobsRun", static_cast<double>(s.jobs_run));
+  o.Set("pending", static_cast<double>(state->pending));
+  o.Set("queueWaitSeconds", static_cast<double>(s.queue_wait_ns) / 1e9);
+  o.Set("resultsDelivered", static_cast<double>(state->results_delivered));
+  o.Set("resultWaitSeconds", static_cast<double>(state->result_wait_ns) / 1e9);
+  o.Set("steps", StepTotalsToJs(env));
   return o;
 }
 

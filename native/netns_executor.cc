@@ -1,7 +1,5 @@
 #include "netns_executor.h"
 
-#include "step_clock.h"
-
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -9,6 +7,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
+
+#include "step_clock.h"
 
 namespace ana {
 
