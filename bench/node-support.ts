@@ -7,7 +7,7 @@ import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import type { RawExecutorStats } from '../src/addon/binding.js';
+import type { RawExecutorStats, StepTimeTotal } from '../src/addon/binding.js';
 import type { NetnsHandle } from '../src/addon/net-addon.js';
 import { CniRuntime, type CniPod, type CniResult } from '../src/demo/cni-runtime.js';
 import { CNI_PLUGIN_DIR, type DemoEnvironment } from '../src/demo/environment.js';
@@ -193,48 +193,37 @@ export interface HistogramState {
   count: number;
   sum: number;
   buckets: Array<[le: number, count: number]>;
-  /** The netns threads' step totals of the same scrape, by step op (src/ops/metrics.ts netnsThreads). */
-  steps: Map<string, StepTotal>;
-  /** The same scrape's job and result hops: count and summed wait (seconds). */
-  hops: Record<Hop, { count: number; seconds: number }>;
+  /** The netns threads' totals of the same scrape (src/ops/metrics.ts netnsThreads), in the addon's own shape. */
+  threads: ThreadTotals;
 }
 
-export type Hop = 'queue' | 'result';
+/** What the agent exports of its addon's executorStats(), and what the bench reads of its own. */
+export type ThreadTotals = Pick<RawExecutorStats, 'jobsRun' | 'queueWaitSeconds' | 'resultsDelivered' | 'resultWaitSeconds' | 'steps'>;
 
-const HOP_METRICS: Record<string, [Hop, 'count' | 'seconds']> = {
-  ambient_node_agent_netns_jobs_total: ['queue', 'count'],
-  ambient_node_agent_netns_job_queue_wait_seconds_total: ['queue', 'seconds'],
-  ambient_node_agent_netns_results_total: ['result', 'count'],
-  ambient_node_agent_netns_result_wait_seconds_total: ['result', 'seconds'],
+const noThreads = (): ThreadTotals => ({ jobsRun: 0, queueWaitSeconds: 0, resultsDelivered: 0, resultWaitSeconds: 0, steps: {} });
+
+type TotalField = keyof Omit<ThreadTotals, 'steps'>;
+type StepField = keyof StepTimeTotal;
+
+/** Each netns-thread metric of the agent and the field it carries. */
+const THREAD_METRICS: Record<string, TotalField | { step: StepField }> = {
+  ambient_node_agent_netns_jobs_total: 'jobsRun',
+  ambient_node_agent_netns_job_queue_wait_seconds_total: 'queueWaitSeconds',
+  ambient_node_agent_netns_results_total: 'resultsDelivered',
+  ambient_node_agent_netns_result_wait_seconds_total: 'resultWaitSeconds',
+  ambient_node_agent_netns_steps_total: { step: 'count' },
+  ambient_node_agent_netns_step_cpu_seconds_total: { step: 'cpuSeconds' },
+  ambient_node_agent_netns_step_wall_seconds_total: { step: 'wallSeconds' },
 };
 
-const noHops = (): HistogramState['hops'] => ({ queue: { count: 0, seconds: 0 }, result: { count: 0, seconds: 0 } });
-
-function addHopLine(hops: HistogramState['hops'], line: string): void {
-  const where = HOP_METRICS[line.slice(0, line.indexOf(' '))];
-  if (where) hops[where[0]][where[1]] = Number(line.slice(line.lastIndexOf(' ') + 1));
-}
-
-export interface StepTotal {
-  count: number;
-  cpuSeconds: number;
-  wallSeconds: number;
-}
-
-const STEP_METRICS = {
-  ambient_node_agent_netns_steps_total: 'count',
-  ambient_node_agent_netns_step_cpu_seconds_total: 'cpuSeconds',
-  ambient_node_agent_netns_step_wall_seconds_total: 'wallSeconds',
-} as const;
-
-function addStepLine(steps: Map<string, StepTotal>, line: string): void {
-  const name = line.slice(0, line.indexOf('{')) as keyof typeof STEP_METRICS;
-  const field = STEP_METRICS[name];
+function addThreadLine(totals: ThreadTotals, line: string): void {
+  const field = THREAD_METRICS[line.slice(0, line.search(/[{ ]/))];
+  if (field === undefined) return;
+  const value = Number(line.slice(line.lastIndexOf(' ') + 1));
+  if (typeof field === 'string') return void (totals[field] = value);
   const step = /step="([^"]+)"/.exec(line)?.[1];
-  if (field === undefined || step === undefined) return;
-  const total = steps.get(step) ?? { count: 0, cpuSeconds: 0, wallSeconds: 0 };
-  total[field] = Number(line.slice(line.lastIndexOf(' ') + 1));
-  steps.set(step, total);
+  if (step === undefined) return;
+  (totals.steps[step] ??= { count: 0, cpuSeconds: 0, wallSeconds: 0 })[field.step] = value;
 }
 
 /**
@@ -254,49 +243,23 @@ export type TimedStep = (typeof TIMED_STEPS)[number];
  * Per-pod samples (ms) of each timed step's thread CPU and wall time, and of the pod's hops to
  * and from the netns threads (summed over its jobs and results).
  */
-export type StepSamples = Record<TimedStep, { cpu: number[]; wall: number[] }> & Record<Hop, number[]>;
+export type StepSamples = Record<TimedStep, { cpu: number[]; wall: number[] }> & Record<'queue' | 'result', number[]>;
 
 export const emptyStepSamples = (): StepSamples =>
   ({ ...Object.fromEntries(TIMED_STEPS.map((op) => [op, { cpu: [], wall: [] }])), queue: [], result: [] }) as unknown as StepSamples;
 
-/** Adds what each timed step cost between two readings of the totals (one pod's worth). */
-export function addStepSamples(into: StepSamples, before: HistogramState, after: HistogramState): void {
+/** Adds what each timed step and both hops cost between two readings of the totals (one pod's worth). */
+export function addStepSamples(into: StepSamples, before: ThreadTotals, after: ThreadTotals): void {
   for (const op of TIMED_STEPS) {
-    const d = stepDelta(before, after, op);
-    if (!d) continue;
-    into[op].cpu.push(d.cpuMs);
-    into[op].wall.push(d.wallMs);
+    const a = after.steps[op];
+    const b = before.steps[op] ?? { count: 0, cpuSeconds: 0, wallSeconds: 0 };
+    if (!a || a.count === b.count) continue;
+    const n = a.count - b.count;
+    into[op].cpu.push(((a.cpuSeconds - b.cpuSeconds) * 1000) / n);
+    into[op].wall.push(((a.wallSeconds - b.wallSeconds) * 1000) / n);
   }
-  for (const hop of ['queue', 'result'] as const) {
-    if (after.hops[hop].count > before.hops[hop].count) into[hop].push((after.hops[hop].seconds - before.hops[hop].seconds) * 1000);
-  }
-}
-
-/** The addon's own totals (the bench process's netns threads) in the shape of a scrape. */
-export function threadsOnly(stats: RawExecutorStats): HistogramState {
-  return {
-    count: 0,
-    sum: 0,
-    buckets: [],
-    steps: new Map(Object.entries(stats.steps)),
-    hops: {
-      queue: { count: stats.jobsRun, seconds: stats.queueWaitSeconds },
-      result: { count: stats.resultsDelivered, seconds: stats.resultWaitSeconds },
-    },
-  };
-}
-
-/** What the steps of one op cost between two scrapes, in ms per step (undefined: none ran). */
-export function stepDelta(
-  before: HistogramState,
-  after: HistogramState,
-  step: string,
-): { count: number; cpuMs: number; wallMs: number } | undefined {
-  const a = after.steps.get(step);
-  const b = before.steps.get(step) ?? { count: 0, cpuSeconds: 0, wallSeconds: 0 };
-  if (!a || a.count === b.count) return undefined;
-  const n = a.count - b.count;
-  return { count: n, cpuMs: ((a.cpuSeconds - b.cpuSeconds) * 1000) / n, wallMs: ((a.wallSeconds - b.wallSeconds) * 1000) / n };
+  if (after.jobsRun > before.jobsRun) into.queue.push((after.queueWaitSeconds - before.queueWaitSeconds) * 1000);
+  if (after.resultsDelivered > before.resultsDelivered) into.result.push((after.resultWaitSeconds - before.resultWaitSeconds) * 1000);
 }
 
 const METRIC = 'ambient_node_agent_pod_onboarding_seconds';
@@ -306,10 +269,9 @@ export async function scrapeOnboarding(port: number): Promise<HistogramState> {
   const res = await fetch(`http://127.0.0.1:${port}/metrics`);
   if (!res.ok) throw new Error(`/metrics: HTTP ${res.status}`);
   const text = await res.text();
-  const state: HistogramState = { count: 0, sum: 0, buckets: [], steps: new Map(), hops: noHops() };
+  const state: HistogramState = { count: 0, sum: 0, buckets: [], threads: noThreads() };
   for (const line of text.split('\n')) {
-    if (line.startsWith('ambient_node_agent_netns_step')) addStepLine(state.steps, line);
-    else if (line.startsWith('ambient_node_agent_netns_')) addHopLine(state.hops, line);
+    if (line.startsWith('ambient_node_agent_netns_')) addThreadLine(state.threads, line);
     if (!line.startsWith(METRIC) || !line.includes('result="ok"')) continue;
     const value = Number(line.slice(line.lastIndexOf(' ') + 1));
     if (line.startsWith(`${METRIC}_sum`)) state.sum = value;

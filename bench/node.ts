@@ -37,7 +37,6 @@ import {
   scrapeOnboarding,
   addStepSamples,
   emptyStepSamples,
-  threadsOnly,
   threadSchedstat,
   TIMED_STEPS,
   type StepSamples,
@@ -144,10 +143,11 @@ async function onboarding(r: Results, pods: BenchPods, metricsPort: number | und
     for (let i = 0; i < round; i++) {
       const pod = await pods.prepare();
       created.push(pod);
-      const loopBefore = r.agentPid !== undefined ? threadSchedstat(r.agentPid) : undefined;
+      const pid = r.agentPid;
+      const loopBefore = pid !== undefined ? threadSchedstat(pid) : undefined;
       r.total.push(await pods.add(pod));
-      if (loopBefore && r.agentPid !== undefined) {
-        const loopAfter = threadSchedstat(r.agentPid);
+      if (loopBefore && pid !== undefined) {
+        const loopAfter = threadSchedstat(pid);
         r.loopRun.push(loopAfter.runMs - loopBefore.runMs);
         r.loopWait.push(loopAfter.waitMs - loopBefore.waitMs);
       }
@@ -156,7 +156,7 @@ async function onboarding(r: Results, pods: BenchPods, metricsPort: number | und
         const ms = deltaMs(before, after);
         if (ms !== undefined) {
           r.agent.push(ms);
-          addStepSamples(r.stepsInPlace, before, after);
+          addStepSamples(r.stepsInPlace, before.threads, after.threads);
         }
         before = after;
       }
@@ -318,9 +318,9 @@ async function baseline(r: Results, env: DemoEnvironment, pool: NetnsPool, n: nu
     await execTool(nsenter(ns, ['nft', '-f', '-']), script);
   };
   const inProcess = async (_ns: BenchNetns, handle: ReturnType<typeof env.addon.openNetns>): Promise<void> => {
-    const before = threadsOnly(env.addon.stats());
+    const before = env.addon.stats();
     await nftRules.apply(handle, NO_OVERRIDES);
-    addStepSamples(r.stepsInProcess, before, threadsOnly(env.addon.stats()));
+    addStepSamples(r.stepsInProcess, before, env.addon.stats());
   };
   const mechanisms: Array<[(ns: BenchNetns, h: ReturnType<typeof env.addon.openNetns>) => Promise<void>, number[]]> = [
     [withAck('iptables'), r.baseline.istioIpt],

@@ -2,7 +2,7 @@
 // of our own, on --metrics-port /metrics.
 import { createRequire } from 'node:module';
 import type * as PromClient from 'prom-client';
-import type { RawExecutorStats, StepTimeTotal } from '../addon/binding.js';
+import type { RawExecutorStats } from '../addon/binding.js';
 import { PortServer } from '../util/http-server.js';
 
 // prom-client's index also loads its Pushgateway (Node's https and TLS) and, at once, its default
@@ -103,59 +103,51 @@ export class AgentMetrics {
 
   #processMetrics = false;
 
+  /** Refreshes the netns-thread counters from one reading of the addon (netnsThreads). */
+  #refreshNetnsThreads: (() => void) | undefined;
+
   /**
-   * What the netns threads cost, read from the addon at each scrape: by step op, the running
+   * What the netns threads cost, read from the addon once per scrape: by step op, the running
    * thread's own CPU time (user + kernel) and the wall time around the step (CPU near wall: the
    * step works, for the rules the kernel's nf_tables and routing work; wall above CPU: it waits),
    * and the two hops of every job: submit to a worker's pick-up, a result's post to its
    * settlement on the event loop (both: a thread waking up and getting a CPU).
    */
   netnsThreads(stats: () => RawExecutorStats): void {
-    const counter = (name: string, help: string, read: (c: PromClient.Counter) => void, labelNames: string[] = []): void => {
-      new Counter({
-        name,
-        help,
-        labelNames,
-        registers: [this.registry],
-        collect() {
-          this.reset();
-          read(this);
-        },
-      });
-    };
-    const perStep = (value: (t: StepTimeTotal) => number) => (c: PromClient.Counter) => {
-      for (const [step, total] of Object.entries(stats().steps)) c.inc({ step }, value(total));
-    };
-    counter(
-      'ambient_node_agent_netns_steps_total',
-      'Steps run by the netns threads, by step op',
-      perStep((t) => t.count),
-      ['step'],
-    );
-    counter(
+    const counter = (name: string, help: string, labelNames: string[] = []): PromClient.Counter =>
+      new Counter({ name, help, labelNames, registers: [this.registry] });
+    const steps = counter('ambient_node_agent_netns_steps_total', 'Steps run by the netns threads, by step op', ['step']);
+    const stepCpu = counter(
       'ambient_node_agent_netns_step_cpu_seconds_total',
       "The netns threads' own CPU time (user + kernel) in their steps, by step op",
-      perStep((t) => t.cpuSeconds),
       ['step'],
     );
-    counter(
-      'ambient_node_agent_netns_step_wall_seconds_total',
-      "Wall time of the netns threads' steps, by step op",
-      perStep((t) => t.wallSeconds),
-      ['step'],
+    const stepWall = counter('ambient_node_agent_netns_step_wall_seconds_total', "Wall time of the netns threads' steps, by step op", [
+      'step',
+    ]);
+    const jobs = counter('ambient_node_agent_netns_jobs_total', 'Jobs (netns visits) the netns threads picked up');
+    const queueWait = counter(
+      'ambient_node_agent_netns_job_queue_wait_seconds_total',
+      'Submit to a netns thread picking the job up, summed',
     );
-    counter('ambient_node_agent_netns_jobs_total', 'Jobs (netns visits) the netns threads picked up', (c) => c.inc(stats().jobsRun));
-    counter('ambient_node_agent_netns_job_queue_wait_seconds_total', 'Submit to a netns thread picking the job up, summed', (c) =>
-      c.inc(stats().queueWaitSeconds),
-    );
-    counter('ambient_node_agent_netns_results_total', 'Step-list results delivered to the event loop', (c) =>
-      c.inc(stats().resultsDelivered),
-    );
-    counter(
+    const results = counter('ambient_node_agent_netns_results_total', 'Step-list results delivered to the event loop');
+    const resultWait = counter(
       'ambient_node_agent_netns_result_wait_seconds_total',
       'A netns thread posting a result to the event loop running its settlement, summed',
-      (c) => c.inc(stats().resultWaitSeconds),
     );
+    this.#refreshNetnsThreads = () => {
+      const now = stats();
+      for (const c of [steps, stepCpu, stepWall, jobs, queueWait, results, resultWait]) c.reset();
+      for (const [step, total] of Object.entries(now.steps)) {
+        steps.inc({ step }, total.count);
+        stepCpu.inc({ step }, total.cpuSeconds);
+        stepWall.inc({ step }, total.wallSeconds);
+      }
+      jobs.inc(now.jobsRun);
+      queueWait.inc(now.queueWaitSeconds);
+      results.inc(now.resultsDelivered);
+      resultWait.inc(now.resultWaitSeconds);
+    };
   }
 
   /**
@@ -172,6 +164,7 @@ export class AgentMetrics {
   /** The exposition text of every metric (what /metrics answers). */
   text(): Promise<string> {
     this.processMetrics();
+    this.#refreshNetnsThreads?.();
     return this.registry.metrics();
   }
 }

@@ -40,8 +40,13 @@ describe('AgentMetrics', () => {
       steps: { nftBatch: { count, cpuSeconds: 0.0005 * count, wallSeconds: 0.0006 * count } },
     });
     let count = 2;
-    m.netnsThreads(() => stats(count));
+    let reads = 0;
+    m.netnsThreads(() => {
+      reads++;
+      return stats(count);
+    });
     const first = await m.text();
+    expect(reads).toBe(1); // one reading of the addon per scrape, for all seven counters
     expect(first).toContain('ambient_node_agent_netns_steps_total{step="nftBatch"} 2');
     expect(first).toContain('ambient_node_agent_netns_step_cpu_seconds_total{step="nftBatch"} 0.001');
     expect(first).toContain('ambient_node_agent_netns_step_wall_seconds_total{step="nftBatch"} 0.0012');
