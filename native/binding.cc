@@ -65,7 +65,8 @@ struct Segment {
 
 // Step lists for one namespace, run in one visit (one setns there and back). Every segment but
 // the last is settled as soon as it is done, from inside the namespace: a caller waiting on an
-// early segment (lo up before ztunnel is told) does not wait for the later ones.
+// early segment (lo up before ztunnel is told) does not wait for the later ones, nor, when it
+// shares this CPU, for the next segment's syscalls (the worker yields after each early post).
 class VisitJob : public NetnsJob {
  public:
   explicit VisitJob(AddonState* state) : state_(state) {}
@@ -75,7 +76,10 @@ class VisitJob : public NetnsJob {
     for (size_t i = 0; i < segments.size(); i++) {
       Segment* s = segments[i].get();
       s->ok = RunSteps(s->steps, &rtnl, &s->results, &s->failed_step, &s->error);
-      if (i + 1 < segments.size()) Post(state_, std::move(segments[i]), SysError());
+      if (i + 1 < segments.size()) {
+        Post(state_, std::move(segments[i]), SysError());
+        NetnsExecutor::YieldToWokenThread();
+      }
     }
   }
 

@@ -113,14 +113,18 @@ bool NetnsExecutor::RunJob(NetnsJob* job) {
 
 // SCHED_BATCH: a worker woken by the JS thread never preempts it (the kernel skips wakeup
 // preemption for batch threads), while the JS thread, woken by a worker's early result, still
-// preempts the worker. The event loop coordinates every pod (it tells ztunnel the moment lo is
-// up); it must not sit behind a netns visit on its own CPU while the other one idles. Best
-// effort: the policy only lowers our own priority, so it needs no capability.
+// preempts the worker at its next return to user space (inside a long syscall, on a kernel
+// without preemption, only YieldToWokenThread lets it in earlier). The event loop coordinates
+// every pod (it tells ztunnel the moment lo is up); it must not sit behind a netns visit on its
+// own CPU while the other one idles. Best effort: the policy only lowers our own priority, so it
+// needs no capability.
 void NetnsExecutor::RunAsBatchThread() {
   sched_param param{};
   param.sched_priority = 0;
   pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
 }
+
+void NetnsExecutor::YieldToWokenThread() { sched_yield(); }
 
 unsigned NetnsExecutor::PoolSize() {
   constexpr unsigned kDefault = 4;

@@ -60,6 +60,13 @@ class NetnsExecutor {
   NetnsExecutor& operator=(const NetnsExecutor&) = delete;
 
   void Submit(std::unique_ptr<NetnsJob> job);
+
+  // For a job that has just woken the event loop with an early result and still has kernel work
+  // ahead (the nft batch): lets the event loop run first if the scheduler put it on this CPU.
+  // Such a kernel is often built without preemption (PREEMPT_NONE, this VM's), where the woken
+  // loop otherwise waits out the whole syscall while ztunnel waits for the loop's add. With
+  // nothing else runnable here the call returns at once.
+  static void YieldToWokenThread();
   // Stops taking jobs, drops queued ones and joins the workers.
   void Stop();
   ExecutorStats Stats();
