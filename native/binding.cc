@@ -160,7 +160,10 @@ Napi::Object ResultToJs(Napi::Env env, const Step& step, const StepResult& r) {
       else
         o.Set("generation", env.Null());
       o.Set("fallback", r.fallback);
-      if (r.fallback) o.Set("fallbackReason", r.fallback_reason);
+      if (r.fallback) {
+        o.Set("fallbackReason", r.fallback_reason);
+        o.Set("generationBefore", static_cast<double>(r.generation_before));
+      }
       break;
     case StepOp::kSocket:
     case StepOp::kNetlinkWatch: o.Set("fd", r.fd); break;

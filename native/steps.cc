@@ -36,15 +36,14 @@ bool RunNftBatch(const Step& s, StepResult* r, SysError* err) {
   r->fallback = true;
   const SysError& why = outcome.refusal;
   r->fallback_reason = std::string(strerror(why.errnum)) + " (" + why.path + ")";
-  // The text's commit has no echo: the generation is the text's own only when it went up by
-  // exactly one around it (rare path, two requests more).
-  uint32_t before = 0;
+  // The text's commit has no echo: the generations before and after it go back (rare path, two
+  // requests more), and the caller decides whether the one after is the text's own.
   std::string ignored;
-  if (!NftGeneration(&before, err) || !NftRunner::Run(s.script, true, false, &ignored, err) ||
+  if (!NftGeneration(&r->generation_before, err) || !NftRunner::Run(s.script, true, false, &ignored, err) ||
       !NftGeneration(&r->generation, err)) {
     return false;
   }
-  r->has_generation = r->generation == before + 1;
+  r->has_generation = true;
   return true;
 }
 

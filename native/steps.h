@@ -86,8 +86,9 @@ struct StepResult {
   SpawnResult spawn;
   NetnsId netns;
   uint32_t generation = 0;              // kNftGeneration; kNftBatch: its commit's, if has_generation
+  uint32_t generation_before = 0;       // kNftBatch, when fallback: the generation before the text ran
   IpsetListing ipset;                   // kIpsetList
-  bool has_generation = false;          // kNftBatch: the kernel echoed the commit's generation
+  bool has_generation = false;          // kNftBatch: the kernel echoed it, or (fallback) the one after the text
   bool fallback = false;                // kNftBatch: the kernel refused the batch, the script was applied
   std::string fallback_reason;          // kNftBatch: the kernel's refusal, when fallback
   std::vector<char> batch;              // kNftCompile

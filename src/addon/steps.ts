@@ -285,13 +285,15 @@ export interface NftBatchResult {
   op: 'nftBatch';
   /**
    * The ruleset generation the batch's own commit made (the kernel echoes it), so the ruleset
-   * of that generation is this batch applied; on a fallback, the text's commit when the
-   * generation went up by exactly one around it. null when unknown.
+   * of that generation is this batch applied; on a fallback, the generation right after the
+   * text (see generationBefore). null when unknown.
    */
   generation: number | null;
   /** The kernel refused the batch and the text was applied instead; why, in fallbackReason. */
   fallback: boolean;
   fallbackReason?: string;
+  /** On a fallback: the generation right before the text (the text's commit has no echo). */
+  generationBefore?: number;
 }
 
 export type ResultOf<S extends Step> = S extends NftStep

@@ -97,7 +97,7 @@ export class NftablesInpodRules implements InpodRuleManager {
 
   /**
    * Returns a stamp for a later verify: the generation of our own commit, from the batch's echo,
-   * or (the text path) from stampOf.
+   * or (the text, and a refused batch's fallback to it) from stampOf.
    */
   apply(ns: NetnsHandle, overrides: PodOverrides): Promise<RulesStamp | undefined> {
     return wrapRuleError('apply', ns, this.backend, async () => {
@@ -105,7 +105,12 @@ export class NftablesInpodRules implements InpodRuleManager {
       const steps = this.#batchSteps(tx);
       if (steps) {
         const [, sent] = await this.addon.run(ns, steps);
-        if (sent.fallback) this.batchFallbacks++;
+        if (sent.fallback) {
+          this.batchFallbacks++;
+          return sent.generation === null || sent.generationBefore === undefined
+            ? undefined
+            : stampOf(sent.generationBefore, sent.generation);
+        }
         return sent.generation === null ? undefined : { nftGeneration: sent.generation };
       }
       const [, before, , after] = await this.addon.run(ns, [

@@ -64,6 +64,8 @@ export class FakeNetAddon implements NetAddon {
   runDelayMs = 0;
   /** Makes every nftBatch step report a kernel refusal (the step then applies its script). */
   refuseBatches = false;
+  /** Commits another writer makes while a refused batch's text runs (the stamp rule's tests). */
+  commitsBesideFallback = 0;
   openFds = 0;
   #nextIno = 4026532000;
   #nextFd = 100;
@@ -207,9 +209,10 @@ export class FakeNetAddon implements NetAddon {
         // records the same history of nft scripts as the text path.
         return { op: step.op, batch: new TextEncoder().encode(ns.nftScripts.at(-1) ?? '') };
       case 'nftBatch': {
+        const before = ns.nftGeneration;
         ns.nftScripts.push(this.refuseBatches ? step.script : new TextDecoder().decode(step.batch));
-        ns.nftGeneration++;
-        const refused = this.refuseBatches ? { fallbackReason: 'Invalid argument (NFT_MSG_NEWRULE)' } : {};
+        ns.nftGeneration += 1 + (this.refuseBatches ? this.commitsBesideFallback : 0);
+        const refused = this.refuseBatches ? { fallbackReason: 'Invalid argument (NFT_MSG_NEWRULE)', generationBefore: before } : {};
         return { op: step.op, generation: ns.nftGeneration, fallback: this.refuseBatches, ...refused };
       }
       case 'deleteNftTables':

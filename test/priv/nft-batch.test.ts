@@ -136,7 +136,8 @@ describe.skipIf(skip)(`prebuilt nf_tables batches${skip ? ` — skipped: ${skip}
         expect(sent.fallback).toBe(true);
         expect(sent.fallbackReason).toMatch(/No such file or directory \(NFT_MSG_NEWRULE\)/);
         expect(after.generation).toBe(before.generation + 1); // only the text committed
-        expect(sent.generation).toBe(after.generation); // the text's own commit
+        expect(sent.generation).toBe(after.generation); // right after the text
+        expect(sent.generationBefore).toBe(before.generation); // the stamp rule (stampOf) decides from the two
         expect(listing(viaFallback)).toBe(listing(viaText));
       } finally {
         ns.close();

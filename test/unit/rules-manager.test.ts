@@ -64,6 +64,15 @@ describe('NftablesInpodRules', () => {
     expect(pod.nftScripts).toEqual([golden('default.golden')]);
   });
 
+  it('a refused batch whose text shared its commit window with another writer gets no stamp (a later verify lists)', async () => {
+    const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
+    await manager.prepare(NO_OVERRIDES);
+    addon.refuseBatches = true;
+    addon.commitsBesideFallback = 1;
+    expect(await manager.apply(addon.openNetns(POD), NO_OVERRIDES)).toBeUndefined();
+    expect(manager.batchFallbacks).toBe(1);
+  });
+
   it('the first pod of a new model does not wait for the compile: it gets the text, later pods the batch', async () => {
     const manager = new NftablesInpodRules(addon, defaultRuleSettings({ ipv6: false }));
     await manager.apply(addon.openNetns(POD), NO_OVERRIDES);
