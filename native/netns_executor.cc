@@ -147,10 +147,13 @@ void NetnsExecutor::WorkerMain() {
     if (!job) return Retire(false);
     healthy = RunJob(job.get());
     job->CloseTarget();
+    {
+      // Counted before its last results are posted: a caller that saw them sees the job counted.
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.jobs_run++;
+    }
     NetnsJob* raw = job.get();
     raw->Complete(std::move(job));
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.jobs_run++;
   }
   // This thread may sit in a foreign namespace forever, so it must never take another job.
   Retire(true);

@@ -383,6 +383,7 @@ export class ZtunnelStandIn {
   async #start(uid: string, info: WorkloadInfo, netns: NetnsHandle): Promise<string> {
     try {
       const proxy = await PodProxy.start(uid, info, netns, this.#context());
+      this.#pending.delete(uid); // a retried pod: its netns is the proxy's now
       this.#running.set(uid, proxy);
       this.#log(`pod ${info.name || uid}: proxy started in netns ${netns.ino} (${proxy.listeners().join(', ')})`);
       return '';
@@ -396,8 +397,8 @@ export class ZtunnelStandIn {
 
   async #retryPending(): Promise<void> {
     if (this.#stopped) return;
+    // A pod stays pending (as pods() shows it) while its retry runs: #start moves it to running.
     for (const [uid, p] of [...this.#pending]) {
-      this.#pending.delete(uid);
       await this.#start(uid, p.info, p.netns);
     }
     this.#notify();
