@@ -26,6 +26,7 @@ import {
 import { IptablesInpodRules } from '../src/rules/iptables-manager.js';
 import { NftablesInpodRules } from '../src/rules/nftables-manager.js';
 import { routingApplySteps } from '../src/rules/routing.js';
+import { LISTENER_ROWS, measureListenerTax } from './listener-tax.js';
 import { describeIstioSequence, runIstioSequence, type IstioBackend, type IstioInputs } from './istio-sequences.js';
 import { defaultRuleSettings, NO_OVERRIDES } from '../src/rules/settings.js';
 import { projectRoot } from '../src/project-root.js';
@@ -451,6 +452,7 @@ async function makeCtx(addon: NativeNetAddon, ipv6: boolean): Promise<Ctx> {
 
 interface Measurement {
   samples: Map<string, number[]>;
+  listenerTax: Map<string, number[]>;
   warmUpMs: number;
   firstInProcessMs: number;
   start: Resources;
@@ -469,7 +471,8 @@ async function measure(cfg: Config, ctx: Ctx, pool: NetnsPool): Promise<Measurem
   const before = resources(ctx.addon);
   const samples = await runRounds(ctx, pool, cfg.pods);
   const after = resources(ctx.addon);
-  return { samples, warmUpMs, firstInProcessMs: first.get(L.inProcess) ?? NaN, start, before, after, home };
+  const listenerTax = await measureListenerTax(ctx.addon, pool, { op: 'nftBatch', batch: ctx.batch, script: ctx.script });
+  return { samples, listenerTax, warmUpMs, firstInProcessMs: first.get(L.inProcess) ?? NaN, start, before, after, home };
 }
 
 function report(cfg: Config, ctx: Ctx, pool: NetnsPool, m: Measurement): { lines: string[]; ratios: Ratios } {
@@ -492,6 +495,9 @@ function report(cfg: Config, ctx: Ctx, pool: NetnsPool, m: Measurement): { lines
     '',
     'in-process parts (same run, own namespaces):',
     tableFor(DETAIL_ROWS, m.samples, 3),
+    '',
+    'an nf_tables listener anywhere on the node (after the loop; alternating blocks, fresh namespaces; bench/listener-tax.ts):',
+    tableFor(Object.values(LISTENER_ROWS), m.listenerTax, 3),
     '',
     `${L.istioIpt}, per pod, as the bench runs it:`,
     ...describeIstioSequence('iptables', ctx.istio, false).map((l) => `  ${l}`),

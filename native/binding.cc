@@ -730,29 +730,25 @@ Napi::Value OriginalDestinationJs(const Napi::CallbackInfo& info) {
 
 Napi::Value NetlinkWatchDrainJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  int fd = FdArg(info, 0, "netlinkWatchDrain(fd, table, nftTables)");
-  if (!info[1].IsNumber())
-    throw Napi::TypeError::New(env, "netlinkWatchDrain(fd, table, nftTables): table must be a number");
-  std::vector<std::string> tables;
-  if (info[2].IsArray()) {
-    Napi::Array list = info[2].As<Napi::Array>();
-    for (uint32_t i = 0; i < list.Length(); i++) {
-      Napi::Value v = list.Get(i);
-      if (!v.IsString()) throw Napi::TypeError::New(env, "netlinkWatchDrain: nftTables must be strings");
-      tables.push_back(v.As<Napi::String>().Utf8Value());
-    }
-  }
+  int fd = FdArg(info, 0, "netlinkWatchDrain(fd, table)");
+  if (!info[1].IsNumber()) throw Napi::TypeError::New(env, "netlinkWatchDrain(fd, table): table must be a number");
   WatchEvents events;
   SysError err;
-  if (!DrainNetlinkWatch(fd, info[1].As<Napi::Number>().Uint32Value(), tables, &events, &err))
-    throw ToJsError(env, err);
+  if (!DrainNetlinkWatch(fd, info[1].As<Napi::Number>().Uint32Value(), &events, &err)) throw ToJsError(env, err);
   Napi::Object o = Napi::Object::New(env);
-  o.Set("nftables", events.nftables);
   o.Set("rules", events.rules);
   o.Set("routes", events.routes);
   o.Set("addresses", events.addresses);
   o.Set("overrun", events.overrun);
   return o;
+}
+
+Napi::Value NftWatchGenerationJs(const Napi::CallbackInfo& info) {
+  int fd = FdArg(info, 0, "nftWatchGeneration(fd)");
+  uint32_t generation = 0;
+  SysError err;
+  if (!QueryNftGeneration(fd, &generation, &err)) throw ToJsError(info.Env(), err);
+  return Napi::Number::New(info.Env(), generation);
 }
 
 void Cleanup(void* arg) {
@@ -785,6 +781,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("seqpacketRecv", Napi::Function::New(env, SeqpacketRecvJs, "seqpacketRecv"));
   exports.Set("FdPoller", FdPoller::Define(env));
   exports.Set("netlinkWatchDrain", Napi::Function::New(env, NetlinkWatchDrainJs, "netlinkWatchDrain"));
+  exports.Set("nftWatchGeneration", Napi::Function::New(env, NftWatchGenerationJs, "nftWatchGeneration"));
   exports.Set("originalDestination", Napi::Function::New(env, OriginalDestinationJs, "originalDestination"));
   Napi::Object events = Napi::Object::New(env);
   events.Set("readable", Napi::Number::New(env, UV_READABLE));

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <libmnl/libmnl.h>
 #include <linux/fib_rules.h>
-#include <linux/netfilter/nfnetlink.h>
 #include <linux/rtnetlink.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -43,32 +42,7 @@ uint32_t TableOf(const nlmsghdr* m, size_t header_len, uint8_t header_table) {
   return header_table;
 }
 
-// The table an nf_tables message is about: attribute 1 after the nfgenmsg header is the table
-// name in every object message (NFTA_TABLE_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_TABLE,
-// NFTA_SET_TABLE, NFTA_SET_ELEM_LIST_TABLE, NFTA_OBJ_TABLE, NFTA_FLOWTABLE_TABLE).
-bool NamesWatchedTable(const nlmsghdr* m, const std::vector<std::string>& tables) {
-  if (tables.empty()) return true;
-  if (m->nlmsg_len < NLMSG_LENGTH(sizeof(nfgenmsg))) return false;
-  auto* nlh = const_cast<nlmsghdr*>(m);
-  for (auto* attr = static_cast<nlattr*>(mnl_nlmsg_get_payload_offset(nlh, sizeof(nfgenmsg)));
-       mnl_attr_ok(attr, static_cast<char*>(mnl_nlmsg_get_payload_tail(nlh)) - reinterpret_cast<char*>(attr));
-       attr = mnl_attr_next(attr)) {
-    if (mnl_attr_get_type(attr) != 1) continue;
-    const char* name = static_cast<const char*>(mnl_attr_get_payload(attr));
-    size_t len = strnlen(name, mnl_attr_get_payload_len(attr));
-    for (const auto& t : tables) {
-      if (t.size() == len && t.compare(0, len, name, len) == 0) return true;
-    }
-    return false;
-  }
-  return false;
-}
-
-void Count(const nlmsghdr* m, uint32_t table, const std::vector<std::string>& nft_tables, WatchEvents* out) {
-  if ((m->nlmsg_type >> 8) == NFNL_SUBSYS_NFTABLES) {
-    if (NamesWatchedTable(m, nft_tables)) out->nftables++;
-    return;
-  }
+void Count(const nlmsghdr* m, uint32_t table, WatchEvents* out) {
   switch (m->nlmsg_type) {
     case RTM_NEWROUTE:
     case RTM_DELROUTE:
@@ -106,9 +80,7 @@ int OpenNetlinkWatch(WatchKind kind, SysError* err) {
             bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   if (!ok) {
     *err = SysError::FromErrno(errno, "bind", "netlink watch");
-  } else if (kind == WatchKind::kNftables) {
-    ok = Subscribe(fd, {NFNLGRP_NFTABLES}, err);
-  } else {
+  } else if (kind == WatchKind::kRouting) {
     ok = Subscribe(fd,
                    {RTNLGRP_IPV4_RULE, RTNLGRP_IPV6_RULE, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_IPV4_IFADDR,
                     RTNLGRP_IPV6_IFADDR},
@@ -121,8 +93,7 @@ int OpenNetlinkWatch(WatchKind kind, SysError* err) {
   return fd;
 }
 
-bool DrainNetlinkWatch(int fd, uint32_t table, const std::vector<std::string>& nft_tables, WatchEvents* out,
-                       SysError* err) {
+bool DrainNetlinkWatch(int fd, uint32_t table, WatchEvents* out, SysError* err) {
   alignas(nlmsghdr) char buf[16384];
   for (;;) {
     ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
@@ -139,7 +110,7 @@ bool DrainNetlinkWatch(int fd, uint32_t table, const std::vector<std::string>& n
     if (n == 0) return true;
     int len = static_cast<int>(n);
     for (auto* m = reinterpret_cast<const nlmsghdr*>(buf); mnl_nlmsg_ok(m, len); m = mnl_nlmsg_next(m, &len)) {
-      Count(m, table, nft_tables, out);
+      Count(m, table, out);
     }
   }
 }

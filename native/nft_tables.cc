@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <atomic>
 #include <vector>
 
 #include "nfnl_socket.h"
@@ -129,36 +130,54 @@ bool NftGenerationOf(const nlmsghdr* newgen, uint32_t* generation) {
 bool NftGeneration(uint32_t* generation, SysError* err) {
   NetfilterSocket sock;
   if (!sock.Open(err)) return false;
+  return QueryNftGeneration(mnl_socket_get_fd(sock.get()), generation, err);
+}
+
+bool QueryNftGeneration(int fd, uint32_t* generation, SysError* err) {
+  // Per process, not per socket: a reply left on a watch socket by an earlier failed query
+  // carries another number and is skipped.
+  static std::atomic<uint32_t> next_seq{static_cast<uint32_t>(time(nullptr))};
+  uint32_t seq = next_seq++;
   // The answer is one small NEWGEN message: a stack buffer, not a cleared 32 KiB one per call.
   alignas(nlmsghdr) char buf[MNL_SOCKET_BUFFER_SIZE];
   nlmsghdr* nlh = mnl_nlmsg_put_header(buf);
   nlh->nlmsg_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN;
   nlh->nlmsg_flags = NLM_F_REQUEST;
-  nlh->nlmsg_seq = static_cast<uint32_t>(time(nullptr));
+  nlh->nlmsg_seq = seq;
   auto* nfg = static_cast<nfgenmsg*>(mnl_nlmsg_put_extra_header(nlh, sizeof(nfgenmsg)));
   nfg->nfgen_family = AF_UNSPEC;
   nfg->version = NFNETLINK_V0;
   nfg->res_id = 0;
-  if (mnl_socket_sendto(sock.get(), nlh, nlh->nlmsg_len) < 0) {
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  if (sendto(fd, nlh, nlh->nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0) {
     *err = SysError::FromErrno(errno, "sendto", "NETLINK_NETFILTER");
     return false;
   }
-  ssize_t n = mnl_socket_recvfrom(sock.get(), buf, sizeof(buf));
-  if (n < 0) {
-    *err = SysError::FromErrno(errno, "recvfrom", "NETLINK_NETFILTER");
-    return false;
-  }
-  int len = static_cast<int>(n);
-  for (auto* m = reinterpret_cast<const nlmsghdr*>(buf); mnl_nlmsg_ok(m, len); m = mnl_nlmsg_next(m, &len)) {
-    if (m->nlmsg_type == NLMSG_ERROR) {
-      auto* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(m));
-      *err = SysError::FromErrno(e->error ? -e->error : EPROTO, "nfnetlink", "NFT_MSG_GETGEN");
+  // The kernel answers inside sendto, so a non-blocking socket has the answer queued already.
+  for (;;) {
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno;
+      *err = SysError::FromErrno(e, "recv", "NETLINK_NETFILTER", "no answer to NFT_MSG_GETGEN");
       return false;
     }
-    if (m->nlmsg_type == ((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN) && NftGenerationOf(m, generation)) return true;
+    int len = static_cast<int>(n);
+    for (auto* m = reinterpret_cast<const nlmsghdr*>(buf); mnl_nlmsg_ok(m, len); m = mnl_nlmsg_next(m, &len)) {
+      if (m->nlmsg_seq != seq) continue;
+      if (m->nlmsg_type == NLMSG_ERROR) {
+        auto* e = static_cast<const nlmsgerr*>(mnl_nlmsg_get_payload(m));
+        *err = SysError::FromErrno(e->error ? -e->error : EPROTO, "nfnetlink", "NFT_MSG_GETGEN");
+        return false;
+      }
+      if (m->nlmsg_type == ((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN) && NftGenerationOf(m, generation))
+        return true;
+      *err = SysError::FromErrno(EPROTO, "nfnetlink", "NFT_MSG_GETGEN", "no generation in the kernel's answer");
+      return false;
+    }
+    // Only answers to earlier queries in this datagram: read on.
   }
-  *err = SysError::FromErrno(EPROTO, "nfnetlink", "NFT_MSG_GETGEN", "no generation in the kernel's answer");
-  return false;
 }
 
 }  // namespace ana

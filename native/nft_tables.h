@@ -29,6 +29,11 @@ bool DeleteNftTables(uint8_t family, const std::vector<std::string>& tables, Sys
 // one with every committed transaction, so an unchanged number means an unchanged ruleset.
 bool NftGeneration(uint32_t* generation, SysError* err);
 
+// The same question on a bound NETLINK_NETFILTER socket the caller keeps (a netns watch's):
+// answered for the namespace the socket was created in, from any thread, without setns. The
+// kernel answers inside sendto, so a non-blocking socket works (no answer queued: ETIMEDOUT).
+bool QueryNftGeneration(int fd, uint32_t* generation, SysError* err);
+
 // The generation a NEWGEN message carries (the answer to GETGEN, or a commit's notification);
 // false when it has none.
 bool NftGenerationOf(const nlmsghdr* newgen, uint32_t* generation);

@@ -83,12 +83,10 @@ export interface RawAddon {
   seqpacketRecv(fd: number): RawDatagram | null;
   /** SO_ORIGINAL_DST of a REDIRECTed TCP connection (IPv4, then IPv6). */
   originalDestination(fd: number): { address: string; port: number };
-  /** Reads a netlink watch socket (netlinkWatch step) until empty; counts what changed. */
-  netlinkWatchDrain(
-    fd: number,
-    routeTable: number,
-    nftTables?: readonly string[],
-  ): { nftables: number; rules: number; routes: number; addresses: number; overrun: boolean };
+  /** Reads a routing watch socket (netlinkWatch step) until empty; counts what changed. */
+  netlinkWatchDrain(fd: number, routeTable: number): { rules: number; routes: number; addresses: number; overrun: boolean };
+  /** The nftables ruleset generation of the namespace an nftables watch socket was opened in (no setns). */
+  nftWatchGeneration(fd: number): number;
   FdPoller: new (fd: number, callback: (status: number, events: number) => void) => RawFdPoller;
   pollEvents: RawPollEvents;
 }

@@ -3,7 +3,8 @@
 import { closeSync, fstatSync } from 'node:fs';
 import { withDeadline } from '../util/deadline.js';
 import { loadRawAddon, type RawAddon, type RawExecutorStats } from './binding.js';
-import { NativeNetnsWatch, type NetnsWatch, type WatchOptions } from './netns-watch.js';
+import { NativeNetnsWatch, NFT_POLL_MS, type NetnsWatch, type WatchOptions } from './netns-watch.js';
+import { NftGenerationPoller } from './nft-generation-poller.js';
 import { assertValidSteps, type ResultsOf, type SocketStep, type Step } from './steps.js';
 
 export interface NetnsIdentity {
@@ -150,6 +151,7 @@ interface PendingVisit {
 
 export class NativeNetAddon implements NetAddon {
   readonly #pending = new Map<NetnsHandle, PendingVisit>();
+  readonly #generationPollers = new Map<number, NftGenerationPoller>();
 
   constructor(private readonly raw: RawAddon = loadRawAddon()) {}
 
@@ -222,7 +224,19 @@ export class NativeNetAddon implements NetAddon {
       results.map((r) => r.fd),
       opts,
       holder,
+      this.#generationPoller(opts.nftPollMs ?? NFT_POLL_MS),
     );
+  }
+
+  /** One poller per period (the agent has one); undefined for 0, which never asks. */
+  #generationPoller(periodMs: number): NftGenerationPoller | undefined {
+    if (periodMs === 0) return undefined;
+    let poller = this.#generationPollers.get(periodMs);
+    if (!poller) {
+      poller = new NftGenerationPoller(this.raw, periodMs);
+      this.#generationPollers.set(periodMs, poller);
+    }
+    return poller;
   }
 
   warmUp(): void {

@@ -112,6 +112,7 @@ export class Agent {
       addon: this.addon,
       routeTable: ROUTE_TABLE_INBOUND,
       intervalMs: config.reconcileEnrollmentIntervalMs,
+      nftPollMs: config.reconcileNftPollMs,
       log: this.#log,
       metrics: {
         repairs: (scope, reason) => metrics.reconcileRepairs.inc({ scope, reason }),

@@ -18,6 +18,9 @@ import { netnsDirProblem } from '../pods/netns-path.js';
 
 export type KubeMode = 'auto' | 'none';
 
+/** --reconcile-nft-poll-interval's floor: asking hundreds of namespaces more often costs a core. */
+const MIN_NFT_POLL_MS = 10;
+
 export interface AgentConfig {
   cniBinDir: string;
   cniConfDir: string;
@@ -61,6 +64,8 @@ export interface AgentConfig {
   reconcilePodRulesOnStartup: boolean;
   /** AMBIENT_RECONCILE_ENROLLMENT_INTERVAL: the live reconciler's sweep; 0 turns the sweep off (events stay). */
   reconcileEnrollmentIntervalMs: number;
+  /** How often the live reconciler asks each watched netns for its nftables generation; 0: the sweep only. */
+  reconcileNftPollMs: number;
   chainedCniPlugin: boolean;
   /** ISTIO_OWNED_CNI_CONFIG: write our own conflist that sorts first instead of editing the primary. */
   istioOwnedCniConfig: boolean;
@@ -265,6 +270,13 @@ export const OPTIONS: readonly Option[] = [
     help: 'sweep verifying every enrolled pod and the host rules (Go duration; 0 = events only)',
     kind: 'string',
   },
+  {
+    flag: 'reconcile-nft-poll-interval',
+    env: 'CNI_AGENT_RECONCILE_NFT_POLL_INTERVAL',
+    fallback: '1s',
+    help: `how often each watched netns is asked for its nftables generation (Go duration, 0 or at least ${MIN_NFT_POLL_MS}ms; 0 = the sweep only)`,
+    kind: 'string',
+  },
 ];
 
 /**
@@ -358,6 +370,12 @@ function duration(raw: Raw, flag: string, problems: string[]): number {
   return Math.round(ms ?? 0);
 }
 
+function nftPollInterval(raw: Raw, problems: string[]): number {
+  const ms = duration(raw, 'reconcile-nft-poll-interval', problems);
+  if (ms !== 0 && ms < MIN_NFT_POLL_MS) problems.push(`--reconcile-nft-poll-interval: 0 or at least ${MIN_NFT_POLL_MS}ms, got ${ms}ms`);
+  return ms;
+}
+
 function backendOf(raw: string, problems: string[]): 'nftables' | 'iptables' {
   if (raw === 'nftables' || raw === 'iptables') return raw;
   const asBool = parseGoBool(raw); // NATIVE_NFTABLES=true|false, as Istio's chart sets it
@@ -428,6 +446,7 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
     disableSafeUpgrade: bool(raw, 'disable-safe-upgrade', problems),
     reconcilePodRulesOnStartup: bool(raw, 'reconcile-pod-rules-on-startup', problems),
     reconcileEnrollmentIntervalMs: duration(raw, 'reconcile-enrollment-interval', problems),
+    reconcileNftPollMs: nftPollInterval(raw, problems),
     chainedCniPlugin: bool(raw, 'chained-cni-plugin', problems),
     istioOwnedCniConfig: bool(raw, 'istio-owned-cni-config', problems),
     istioOwnedCniConfigFilename: get('istio-owned-cni-config-filename') || undefined,

@@ -17,7 +17,6 @@ import { CoreV1Api } from '@kubernetes/client-node';
 import type { AgentMode, ModeDeps } from '../agent/mode.js';
 import { onboardingPending } from '../pods/onboard.js';
 import { podIps } from '../kube/mesh-controller.js';
-import { NFT_TABLE_NAT } from '../rules/constants.js';
 import type { HostReconcileTarget, PodReconcileHooks } from '../reconcile/pod-targets.js';
 
 export interface KubernetesModeOptions {
@@ -217,9 +216,6 @@ export class KubernetesMode implements AgentMode {
     if (!(host instanceof HostDataplane) || !this.#hostNetns) return undefined;
     return {
       netns: this.#hostNetns,
-      // nftables: the probe rule and sets; kube-proxy's and the CNI's commits are not ours. iptables
-      // (iptables-nft) writes its chain through nf_tables tables it shares: every change counts.
-      ...(host.backend === 'nftables' ? { nftTables: [NFT_TABLE_NAT] } : {}),
       verify: () => host.verify(),
       repair: () => host.repair(this.controller.enrolledPods().map((p) => ({ uid: p.metadata?.uid ?? '', ips: podIps(p) }))),
     };

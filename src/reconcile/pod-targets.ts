@@ -3,7 +3,6 @@
 // contributes what only it knows (per-pod overrides, its per-pod lock, what a failed repair means).
 import type { NetnsHandle } from '../addon/net-addon.js';
 import type { WatchKind } from '../addon/netns-watch.js';
-import { NFT_TABLE_MANGLE, NFT_TABLE_NAT, NFT_TABLE_RAW } from '../rules/constants.js';
 import type { InpodRuleManager } from '../rules/manager.js';
 import { NO_OVERRIDES, type PodOverrides } from '../rules/settings.js';
 import type { PodRegistry } from '../zds/registry.js';
@@ -23,12 +22,7 @@ export interface PodReconcileHooks {
 /** The host netns and the host dataplane's own verify and repair (Kubernetes mode). */
 export interface HostReconcileTarget extends RepairTarget {
   netns: NetnsHandle;
-  /** The host dataplane's nftables tables (undefined: every nf_tables change, e.g. iptables-nft). */
-  nftTables?: readonly string[];
 }
-
-/** The in-pod tables of the nftables backend; iptables-nft's tables are the kernel's nat/mangle/raw, so every change counts there. */
-export const POD_NFT_TABLES: readonly string[] = [NFT_TABLE_NAT, NFT_TABLE_MANGLE, NFT_TABLE_RAW];
 
 export const POD_WATCH_KINDS: readonly WatchKind[] = ['nftables', 'routing'];
 
@@ -47,8 +41,9 @@ export function hostTarget(host: HostReconcileTarget): ReconcileTarget {
     key: 'host',
     scope: 'host',
     netns: host.netns,
+    // Any commit in the host netns (kube-proxy's too) moves the generation: the host check runs
+    // at most once per poll, and its listing is of our own table only.
     kinds: ['nftables'],
-    ...(host.nftTables ? { nftTables: host.nftTables } : {}),
     logFields: { target: 'host' },
     check: () => verifyAndRepair(host),
   };
@@ -70,7 +65,6 @@ export function reconcileRegisteredPods(
       scope: 'pod',
       netns,
       kinds: POD_WATCH_KINDS,
-      ...(rules.backend === 'nftables' ? { nftTables: POD_NFT_TABLES } : {}),
       logFields: { pod: info ? `${info.namespace}/${info.name}` : uid, uid },
       check: () =>
         exclusive(uid, async () => {

@@ -1,6 +1,7 @@
 // Live reconciliation: every enrolled pod's netns (and the host netns) is watched through netlink
-// and verified on change, with a periodic sweep as the safety net for anything events miss
-// (iptables-legacy, a watch that failed to open, a lost notification). A target that keeps
+// (routing events; the nftables generation, asked every nftPollMs) and verified on change, with a
+// periodic sweep as the safety net for anything the watch misses (iptables-legacy, a watch that
+// failed to open, a lost notification). A target that keeps
 // drifting is repaired with exponential backoff (capped, so the last tampering is still repaired
 // within the cap), with one warning per episode and one line per repair.
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
@@ -16,8 +17,6 @@ export interface ReconcileTarget {
   readonly scope: ReconcileScope;
   readonly netns: NetnsHandle;
   readonly kinds: readonly WatchKind[];
-  /** nf_tables changes to other tables are not events for this target (undefined: all count). */
-  readonly nftTables?: readonly string[];
   /** Fields for every log line about this target (pod, uid). */
   readonly logFields: Record<string, string>;
   /** Verify and repair; undefined when there is nothing to check any more (the pod left). */
@@ -52,6 +51,8 @@ export interface ReconcilerOptions {
   concurrency?: number;
   /** First check after a watch opened (events from before it opened were missed). */
   initialCheckMs?: number;
+  /** How often each watched netns is asked for its nftables generation (default NFT_POLL_MS). */
+  nftPollMs?: number;
 }
 
 export interface ReconcileStatus {
@@ -194,7 +195,7 @@ export class Reconciler {
       .watchNetns(t.target.netns, {
         kinds: t.target.kinds,
         routeTable: this.opts.routeTable,
-        ...(t.target.nftTables ? { nftTables: t.target.nftTables } : {}),
+        ...(this.opts.nftPollMs !== undefined ? { nftPollMs: this.opts.nftPollMs } : {}),
         onChange: (changes) => this.#onChange(t, changes),
         onError: (err) => {
           t.watch = undefined;

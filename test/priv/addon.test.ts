@@ -148,6 +148,42 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
     expect(fdCount()).toBe(fdsBefore - 1);
   });
 
+  it('watches nftables by asking for the generation: a commit in its netns is reported, one elsewhere is not, and no socket joins NFNLGRP_NFTABLES', async () => {
+    const watched = createNetns('gen');
+    const other = createNetns('gen-other');
+    const own = addon.openNetns(watched.path);
+    const seen: number[] = [];
+    const watch = await addon.watchNetns(own, {
+      kinds: ['nftables'],
+      routeTable: 100,
+      nftPollMs: 20,
+      onChange: (c) => seen.push(c.nftables),
+      onError: () => {},
+    });
+    const settle = (): Promise<void> => new Promise((r) => setTimeout(r, 100));
+    execIn(other.name, ['nft', 'add table inet elsewhere']);
+    await settle();
+    expect(seen).toEqual([]);
+    execIn(watched.name, ['nft', 'add table inet tampered']);
+    await settle();
+    expect(seen).toEqual([1]); // one report per moved generation, however many polls followed
+    // NETLINK_NETFILTER is protocol 12; a member of group 7 (NFNLGRP_NFTABLES) would show bit
+    // 0x40 in Groups. One member anywhere makes every commit on the machine build notifications.
+    const netfilterGroups = execIn(watched.name, ['cat', '/proc/net/netlink'])
+      .split('\n')
+      .slice(1)
+      .map((line) => line.trim().split(/\s+/))
+      .filter((cols) => cols[1] === '12')
+      .map((cols) => parseInt(cols[3]!, 16));
+    expect(netfilterGroups.length).toBeGreaterThan(0);
+    expect(netfilterGroups.every((g) => (g & 0x40) === 0)).toBe(true);
+    watch.close();
+    execIn(watched.name, ['nft', 'delete table inet tampered']);
+    await settle();
+    expect(seen).toEqual([1]); // closed: nothing more
+    own.close();
+  });
+
   it('gives lists that may block (exec) a thread of their own: the lists beside them do not wait', async () => {
     const order: string[] = [];
     const slow = addon.run(handle, [{ op: 'exec', argv: ['/bin/sleep', '0.3'], timeoutMs: 5_000 }] as const).then(() => order.push('exec'));

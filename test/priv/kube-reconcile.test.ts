@@ -60,7 +60,7 @@ describe.skipIf(skip)(`Kubernetes mode live reconciliation in real namespaces${s
     wire(podNs, 'a');
     sandboxOf.set('uid-web', podNs.path);
     const addon = new NativeNetAddon();
-    const config = testAgentConfig(dir, { flags: ['--ipv6', 'false'] });
+    const config = testAgentConfig(dir, { flags: ['--ipv6', 'false', '--reconcile-nft-poll-interval', '50ms'] });
     api.upsertNamespace({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop', labels: {} } } as FakeObject);
     api.upsertPod({
       apiVersion: 'v1',

@@ -26,6 +26,7 @@ describe('agent configuration', () => {
       systemNamespace: 'istio-system',
       reconcilePodRulesOnStartup: true,
       reconcileEnrollmentIntervalMs: 30_000,
+      reconcileNftPollMs: 1_000,
       chainedCniPlugin: true,
       istioOwnedCniConfig: false,
     });
@@ -56,6 +57,11 @@ describe('agent configuration', () => {
   it('AMBIENT_RECONCILE_ENROLLMENT_INTERVAL takes Go durations (0 turns the sweep off); anything else is a usage error', () => {
     expect(loadAgentConfig([], { AMBIENT_RECONCILE_ENROLLMENT_INTERVAL: '1m30s' }).reconcileEnrollmentIntervalMs).toBe(90_000);
     expect(loadAgentConfig(['--reconcile-enrollment-interval', '0'], {}).reconcileEnrollmentIntervalMs).toBe(0);
+    expect(loadAgentConfig([], { CNI_AGENT_RECONCILE_NFT_POLL_INTERVAL: '250ms' }).reconcileNftPollMs).toBe(250);
+    expect(loadAgentConfig(['--reconcile-nft-poll-interval', '0'], {}).reconcileNftPollMs).toBe(0);
+    expect(() => loadAgentConfig(['--reconcile-nft-poll-interval', '1ms'], {})).toThrow(
+      /--reconcile-nft-poll-interval: 0 or at least 10ms, got 1ms/,
+    );
     expect([
       parseGoDurationMs('500ms'),
       parseGoDurationMs('2h'),
