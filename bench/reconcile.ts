@@ -1,7 +1,8 @@
 // Live reconciliation benchmark (root): detection-to-repair latency and the idle cost per pod.
 // BENCH_PODS pods (default 100) in real namespaces with real rules are watched by the reconciler
 // (default 30 s sweep). Latency: each of BENCH_FLUSHES `nft flush ruleset` runs (spread over the
-// pods, one at a time, 300 ms apart so no backoff applies) is timed from the moment the flushing
+// pods, one at a time, at least 300 ms apart so no backoff applies, plus a random part of the
+// poll period so they land at every phase of the poll) is timed from the moment the flushing
 // process exited to the moment the repair finished (the reconciler's repair callback). Idle:
 // the process's CPU (utime + stime, /proc/self/stat) over BENCH_IDLE_SECONDS with all pods
 // watched, per pod, and the watch fds per pod. nf_tables changes are found by asking each pod's
@@ -78,7 +79,9 @@ async function main(): Promise<void> {
       const flushed = performance.now();
       while (!repairedAt.has(uid) && performance.now() - flushed < 5_000) await sleep(1);
       latencies.push((repairedAt.get(uid) ?? NaN) - flushed);
-      await sleep(300);
+      // 300 ms apart (no backoff applies) plus a random part of the poll period, so the flushes
+      // land at every phase of the poll instead of a fixed one after its last ask.
+      await sleep(300 + Math.random() * NFT_POLL_MS);
     }
     latencies.sort((a, b) => a - b);
     const fdsPerPod = reconciler.watchFds() / PODS;

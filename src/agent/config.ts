@@ -273,7 +273,7 @@ export const OPTIONS: readonly Option[] = [
   {
     flag: 'reconcile-nft-poll-interval',
     env: 'CNI_AGENT_RECONCILE_NFT_POLL_INTERVAL',
-    fallback: '1s',
+    fallback: '2s',
     help: `how often each watched netns is asked for its nftables generation (Go duration, 0 or at least ${MIN_NFT_POLL_MS}ms; 0 = the sweep only)`,
     kind: 'string',
   },

@@ -26,7 +26,7 @@ describe('agent configuration', () => {
       systemNamespace: 'istio-system',
       reconcilePodRulesOnStartup: true,
       reconcileEnrollmentIntervalMs: 30_000,
-      reconcileNftPollMs: 1_000,
+      reconcileNftPollMs: 2_000,
       chainedCniPlugin: true,
       istioOwnedCniConfig: false,
     });
