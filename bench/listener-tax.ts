@@ -8,6 +8,7 @@
 // a fresh namespace, timed by this process's CPU (user + kernel, all threads).
 import type { NetAddon, NetnsHandle } from '../src/addon/net-addon.js';
 import type { NftBatchStep } from '../src/addon/steps.js';
+import { netfilterSocketGroups, NFNLGRP_NFTABLES_BIT } from '../test/helpers/netns-files.js';
 import { inRoundOfNamespaces, timeMs, type BenchNetns, type NetnsPool } from './support.js';
 
 export const LISTENER_ROWS = {
@@ -19,16 +20,10 @@ export const LISTENER_ROWS = {
 
 /** How long each block's `nft monitor` lives (killed by the exec step's timeout): the block takes ~0.1 s. */
 const LISTEN_MS = 1_500;
-const NETLINK_NETFILTER = 12;
-const NFNLGRP_NFTABLES_BIT = 1 << (7 - 1);
 
 /** Whether a socket in the namespace `cat` ran in is a member of NFNLGRP_NFTABLES (/proc/net/netlink). */
 function hasNftablesListener(procNetNetlink: string): boolean {
-  return procNetNetlink
-    .split('\n')
-    .slice(1)
-    .map((line) => line.trim().split(/\s+/))
-    .some((cols) => Number(cols[1]) === NETLINK_NETFILTER && (parseInt(cols[3] ?? '0', 16) & NFNLGRP_NFTABLES_BIT) !== 0);
+  return netfilterSocketGroups(procNetNetlink).some((groups) => (groups & NFNLGRP_NFTABLES_BIT) !== 0);
 }
 
 /** Runs `work` while `nft monitor` listens in the scratch namespace. */

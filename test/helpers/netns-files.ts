@@ -34,3 +34,21 @@ export function currentThreadNetns(): NetnsIdentity {
 export function fdCount(): number {
   return readdirSync('/proc/self/fd').length;
 }
+
+const NETLINK_NETFILTER = 12;
+/** NFNLGRP_NFTABLES is group 7: bit 0x40 of /proc/net/netlink's Groups column. */
+export const NFNLGRP_NFTABLES_BIT = 1 << (7 - 1);
+
+/**
+ * The Groups bitmask of every NETLINK_NETFILTER socket in a /proc/net/netlink listing (of the
+ * namespace the reader ran in). One with NFNLGRP_NFTABLES_BIT set anywhere makes every nf_tables
+ * commit on the machine build notifications.
+ */
+export function netfilterSocketGroups(procNetNetlink: string): number[] {
+  return procNetNetlink
+    .split('\n')
+    .slice(1)
+    .map((line) => line.trim().split(/\s+/))
+    .filter((cols) => Number(cols[1]) === NETLINK_NETFILTER)
+    .map((cols) => parseInt(cols[3] ?? '0', 16));
+}

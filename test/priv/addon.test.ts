@@ -9,7 +9,7 @@ import { loadRawAddon } from '../../src/addon/binding.js';
 import { NativeNetAddon, type NetnsHandle } from '../../src/addon/net-addon.js';
 import { SeqpacketListener, SeqpacketSocket } from '../../src/addon/seqpacket.js';
 import { projectRoot } from '../../src/project-root.js';
-import { currentThreadNetns, fdCount } from '../helpers/netns-files.js';
+import { currentThreadNetns, fdCount, netfilterSocketGroups, NFNLGRP_NFTABLES_BIT } from '../helpers/netns-files.js';
 import { createNetns, deleteAllNetns, execIn, privilegedSkipReason, requirePrivilegedInCi, type TestNetns } from '../helpers/netns.js';
 
 requirePrivilegedInCi();
@@ -167,16 +167,11 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
     execIn(watched.name, ['nft', 'add table inet tampered']);
     await settle();
     expect(seen).toEqual([1]); // one report per moved generation, however many polls followed
-    // NETLINK_NETFILTER is protocol 12; a member of group 7 (NFNLGRP_NFTABLES) would show bit
-    // 0x40 in Groups. One member anywhere makes every commit on the machine build notifications.
-    const netfilterGroups = execIn(watched.name, ['cat', '/proc/net/netlink'])
-      .split('\n')
-      .slice(1)
-      .map((line) => line.trim().split(/\s+/))
-      .filter((cols) => cols[1] === '12')
-      .map((cols) => parseInt(cols[3]!, 16));
+    // Our nftables watch socket is there, in no group: one member anywhere would make every
+    // commit on the machine build notifications.
+    const netfilterGroups = netfilterSocketGroups(execIn(watched.name, ['cat', '/proc/net/netlink']));
     expect(netfilterGroups.length).toBeGreaterThan(0);
-    expect(netfilterGroups.every((g) => (g & 0x40) === 0)).toBe(true);
+    expect(netfilterGroups.every((g) => (g & NFNLGRP_NFTABLES_BIT) === 0)).toBe(true);
     watch.close();
     execIn(watched.name, ['nft', 'delete table inet tampered']);
     await settle();
