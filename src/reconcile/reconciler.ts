@@ -1,9 +1,9 @@
 // Live reconciliation: every enrolled pod's netns (and the host netns) is watched through netlink
 // (routing events; the nftables generation, asked every nftPollMs) and verified on change, with a
 // periodic sweep as the safety net for anything the watch misses (iptables-legacy, a watch that
-// failed to open, a lost notification). A target that keeps
-// drifting is repaired with exponential backoff (capped, so the last tampering is still repaired
-// within the cap), with one warning per episode and one line per repair.
+// failed to open, a lost notification). A target that keeps drifting is repaired with
+// exponential backoff (capped, so the last tampering is still repaired within the cap), with one
+// warning per episode and one line per repair.
 import type { NetAddon, NetnsHandle } from '../addon/net-addon.js';
 import type { NetnsChanges, NetnsWatch, WatchKind } from '../addon/netns-watch.js';
 import { silentLogger, type Logger } from '../ops/log.js';
