@@ -66,13 +66,12 @@ RUN rm -rf /usr/local/lib/node_modules /usr/local/include/node /opt/yarn-v* \
  && node --version
 
 # /app is the app root: the folder with package.json (src/project-root.ts). From it the agent
-# loads build/Release/ambient_native.node (src/addon/binding.ts) and src/zds/zds.proto
-# (src/zds/codec.ts); package.json also makes dist/ ES modules ("type": "module").
+# loads build/Release/ambient_native.node (src/addon/binding.ts); package.json also makes dist/
+# ES modules ("type": "module"). The ZDS codec is code in dist/ (src/zds/zds-static.js).
 WORKDIR /app
 COPY --from=build /src/package.json ./package.json
 COPY --from=build /src/node_modules ./node_modules
 COPY --from=build /src/dist ./dist
-COPY --from=build /src/src/zds/zds.proto ./src/zds/zds.proto
 COPY --from=build /src/build/Release/ambient_native.node ./build/Release/ambient_native.node
 # The plugin binary the installer copies into the host's CNI bin dir, where Istio's image has it.
 COPY --from=build /src/build/Release/istio-cni /opt/cni/bin/istio-cni

@@ -5,7 +5,18 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', 'build/', 'build-asan/', 'dist/', 'test/fixtures/', 'bench/results/'] },
+  {
+    ignores: [
+      'node_modules/',
+      'build/',
+      'build-asan/',
+      'dist/',
+      'test/fixtures/',
+      'bench/results/',
+      'src/zds/zds-static.js',
+      'src/zds/zds-static.d.ts',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

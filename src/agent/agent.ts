@@ -48,6 +48,9 @@ export interface AgentDeps {
   addAnswerMs?: number;
 }
 
+/** The longest the start holds the live reconciler's watches (see #releaseWatchesAfter). */
+const WATCH_HOLD_MAX_MS = 1_000;
+
 export class Agent {
   readonly addon: NetAddon;
   readonly registry: PodRegistry;
@@ -194,6 +197,7 @@ export class Agent {
   async start(): Promise<void> {
     mkdirSync(this.config.runDir, { recursive: true, mode: 0o750 });
     this.zds.bind(); // first: a waiting ztunnel connects now and is served right after the restore
+    this.reconciler.holdWatches(); // until the start's own work is done (#releaseWatchesAfter)
     await this.#health.start();
     await this.#metricsServer.start();
     await this.#pluginLog.start();
@@ -206,8 +210,26 @@ export class Agent {
     await this.#plugin.start();
     this.mode.run();
     this.reconciler.start();
-    if (this.#installer) await this.#install(this.#installer);
+    const installed = this.#installer ? this.#install(this.#installer) : Promise.resolve();
+    this.#releaseWatchesAfter(installed);
+    await installed;
     this.#log.info({ notReady: this.notReadyReasons() }, 'agent started');
+  }
+
+  /**
+   * The live reconciler's watches open once the restored pods are verified and the CNI is
+   * installed: after a restart, the snapshot ztunnel waits for, the verification and the install
+   * then have the event loop and the netns threads to themselves. At most WATCH_HOLD_MAX_MS, so
+   * an install that waits for the primary CNI's config keeps no pod unwatched.
+   */
+  #releaseWatchesAfter(installed: Promise<void>): void {
+    const release = (): void => {
+      clearTimeout(cap);
+      this.reconciler.releaseWatches();
+    };
+    const cap = setTimeout(release, WATCH_HOLD_MAX_MS);
+    cap.unref();
+    void Promise.allSettled([installed, this.mode.restored?.()]).then(release);
   }
 
   async #install(installer: Installer): Promise<void> {

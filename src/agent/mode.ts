@@ -19,6 +19,11 @@ export interface AgentMode {
   prepare(): Promise<void>;
   /** After ZDS listens: start acting on events. */
   run(): void;
+  /**
+   * Resolves (never rejects) once the pods prepare() restored are checked, if the mode checks
+   * them after run(); the live reconciler opens their watches afterwards.
+   */
+  restored?(): Promise<void>;
   /** Resolves once the pod is enrolled (the plugin-event server answers it by ADD_ANSWER_MS). */
   cniAdd(e: PluginAddEvent): Promise<void>;
   /** What a running ADD still waits for, named when it is answered before it finished. */

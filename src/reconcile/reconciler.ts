@@ -80,6 +80,9 @@ interface Tracked {
   watchFailed: boolean;
 }
 
+/** Held watches opened per turn of the event loop (each is a netns visit submitted from it). */
+const WATCH_OPEN_CHUNK = 16;
+
 export class Reconciler {
   readonly #targets = new Map<string, Tracked>();
   readonly #log: Logger;
@@ -93,6 +96,8 @@ export class Reconciler {
   #inFlight = 0;
   #sweep: NodeJS.Timeout | undefined;
   #stopped = false;
+  /** While set, added targets wait for releaseWatches() before their watch opens. */
+  #holding = false;
 
   constructor(private readonly opts: ReconcilerOptions) {
     this.#log = (opts.log ?? silentLogger).child({ component: 'reconciler' });
@@ -110,6 +115,28 @@ export class Reconciler {
       this.#sweep = setInterval(() => this.sweep(), this.opts.intervalMs);
       this.#sweep.unref();
     }
+  }
+
+  /**
+   * Targets added from now on are tracked, but their watches wait for releaseWatches(). A
+   * restart restores every enrolled pod at once: opening their watches is a netns visit each
+   * and event-loop work per pod, which would otherwise compete with the snapshot ztunnel is
+   * waiting for, the rules' verification and the CNI install.
+   */
+  holdWatches(): void {
+    this.#holding = true;
+  }
+
+  /** Opens the held watches, WATCH_OPEN_CHUNK per turn of the event loop so nothing waits behind them all. */
+  releaseWatches(): void {
+    if (!this.#holding) return;
+    this.#holding = false;
+    const waiting = [...this.#targets.values()].filter((t) => !t.watch && !t.opening);
+    const openSome = (): void => {
+      for (const t of waiting.splice(0, WATCH_OPEN_CHUNK)) if (!t.closed && !t.watch && !t.opening) this.#openWatch(t);
+      if (waiting.length > 0 && !this.#stopped) setImmediate(openSome);
+    };
+    openSome();
   }
 
   /** Watches the target (replacing one with the same key) and checks it soon. */
@@ -133,7 +160,7 @@ export class Reconciler {
       watchFailed: false,
     };
     this.#targets.set(target.key, t);
-    this.#openWatch(t);
+    if (!this.#holding) this.#openWatch(t);
   }
 
   /** Stops watching; a check in flight finishes, nothing new starts. */
@@ -171,7 +198,7 @@ export class Reconciler {
   /** Checks every target (the periodic safety net); reopens watches that failed. */
   sweep(): void {
     for (const t of this.#targets.values()) {
-      if (!t.watch && !t.opening) this.#openWatch(t);
+      if (!t.watch && !t.opening && !this.#holding) this.#openWatch(t);
       this.#schedule(t, 0);
     }
   }

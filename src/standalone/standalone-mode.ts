@@ -56,8 +56,8 @@ export class StandaloneMode implements AgentMode {
       .finally(() => (this.#restored = true));
   }
 
-  /** Resolves once the restored pods' rules have been verified (tests, shutdown). */
-  whenVerified(): Promise<void> {
+  /** Resolves once the restored pods' rules have been verified (never rejects). */
+  restored(): Promise<void> {
     return this.#verified;
   }
 

@@ -1,10 +1,11 @@
-// ZDS messages <-> bytes, with protobufjs over the project's zds.proto. Encoding matches what
-// Go and prost produce (proto3 defaults are omitted); decoding is strict where ztunnel's prost
-// decoder is strict (wire types, UTF-8) and lenient where it is lenient (unknown fields skipped,
-// the last oneof member on the wire wins).
-import { join } from 'node:path';
-import protobuf from 'protobufjs';
-import { projectRoot } from '../project-root.js';
+// ZDS messages <-> bytes, with protobufjs: the static code protobufjs's generator made from the
+// project's zds.proto (src/zds/zds-static.js, scripts/zds-static.mjs), on protobufjs/minimal, so
+// a restarted agent neither parses the .proto nor generates codecs before it serves ztunnel.
+// Encoding matches what Go and prost produce (proto3 defaults are omitted); decoding is strict
+// where ztunnel's prost decoder is strict (wire types, UTF-8) and lenient where it is lenient
+// (unknown fields skipped, the last oneof member on the wire wins).
+import protobuf from 'protobufjs/minimal.js';
+import { istio } from './zds-static.js';
 import { ZdsError } from './errors.js';
 
 export const MAX_DATAGRAM_BYTES = 1024;
@@ -27,12 +28,7 @@ export interface WorkloadResponse {
   ack?: { error: string };
 }
 
-const root = protobuf.loadSync(join(projectRoot(), 'src', 'zds', 'zds.proto'));
-const types = {
-  hello: root.lookupType('istio.workload.zds.ZdsHello'),
-  request: root.lookupType('istio.workload.zds.WorkloadRequest'),
-  response: root.lookupType('istio.workload.zds.WorkloadResponse'),
-};
+const zds = istio.workload.zds;
 
 export function requestKind(req: WorkloadRequest): RequestKind {
   return Object.keys(req)[0] as RequestKind;
@@ -74,7 +70,7 @@ function assertUnicode(value: unknown, path: string): void {
  */
 export function encodeRequest(req: WorkloadRequest): Uint8Array {
   assertUnicode(req, 'WorkloadRequest');
-  const bytes = types.request.encode(types.request.fromObject(wireShape(req))).finish();
+  const bytes = zds.WorkloadRequest.encode(wireShape(req)).finish();
   if (bytes.length === 0)
     throw new ZdsError('ZDS_INVALID_MESSAGE', 'refusing to send an empty ZDS datagram (ztunnel reads it as EOF)', false);
   if (bytes.length > MAX_DATAGRAM_BYTES) {
@@ -89,11 +85,11 @@ export function encodeRequest(req: WorkloadRequest): Uint8Array {
 
 export function encodeResponse(res: WorkloadResponse): Uint8Array {
   assertUnicode(res, 'WorkloadResponse');
-  return types.response.encode(types.response.fromObject(res.ack ? { ack: withoutDefaults(res.ack) } : {})).finish();
+  return zds.WorkloadResponse.encode(res.ack ? { ack: withoutDefaults(res.ack) } : {}).finish();
 }
 
 export function encodeHello(version = 1): Uint8Array {
-  return types.hello.encode(types.hello.fromObject(version === 0 ? {} : { version })).finish();
+  return zds.ZdsHello.encode(version === 0 ? {} : { version }).finish();
 }
 
 // ---- strict decoding ----
@@ -102,92 +98,130 @@ const WIRE_VARINT = 0;
 const WIRE_LENGTH_DELIMITED = 2;
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-function expectedWireType(field: protobuf.Field): number {
-  return field.resolvedType instanceof protobuf.Type || field.type === 'string' || field.type === 'bytes'
-    ? WIRE_LENGTH_DELIMITED
-    : WIRE_VARINT;
+type MessageName =
+  | 'ZdsHello'
+  | 'WorkloadInfo'
+  | 'AddWorkload'
+  | 'KeepWorkload'
+  | 'DelWorkload'
+  | 'SnapshotSent'
+  | 'WorkloadRequest'
+  | 'Ack'
+  | 'WorkloadResponse';
+
+/** A field of zds.proto as prost reads it: a varint, a UTF-8 string, or another message. */
+export interface FieldSpec {
+  name: string;
+  kind: 'varint' | 'string' | MessageName;
+  /** The oneof the field belongs to. */
+  oneof?: string;
 }
 
 /**
- * Walks the message with protobufjs' reflection: a known field with the wrong wire type or a
- * string that is not UTF-8 is an error (as in prost); unknown fields are skipped. Returns, for
- * each oneof, the member that appeared last on the wire.
+ * zds.proto's fields by message and number, for the strict walk below (the generated code skips
+ * a field with the wrong wire type; prost refuses it). test/unit/zds-static.test.ts checks this
+ * table against zds.proto itself.
  */
-function validate(type: protobuf.Type, bytes: Uint8Array): Map<string, string> {
+export const ZDS_FIELDS = {
+  ZdsHello: { 1: { name: 'version', kind: 'varint' } },
+  WorkloadInfo: {
+    1: { name: 'name', kind: 'string' },
+    2: { name: 'namespace', kind: 'string' },
+    3: { name: 'serviceAccount', kind: 'string' },
+  },
+  AddWorkload: { 1: { name: 'uid', kind: 'string' }, 2: { name: 'workloadInfo', kind: 'WorkloadInfo' } },
+  KeepWorkload: { 1: { name: 'uid', kind: 'string' } },
+  DelWorkload: { 2: { name: 'uid', kind: 'string' } },
+  SnapshotSent: {},
+  WorkloadRequest: {
+    1: { name: 'add', kind: 'AddWorkload', oneof: 'payload' },
+    2: { name: 'del', kind: 'DelWorkload', oneof: 'payload' },
+    3: { name: 'snapshotSent', kind: 'SnapshotSent', oneof: 'payload' },
+    5: { name: 'keep', kind: 'KeepWorkload', oneof: 'payload' },
+  },
+  Ack: { 1: { name: 'error', kind: 'string' } },
+  WorkloadResponse: { 1: { name: 'ack', kind: 'Ack', oneof: 'payload' } },
+} as const satisfies Record<MessageName, Record<number, FieldSpec>>;
+
+/**
+ * Walks the message: a known field with the wrong wire type or a string that is not UTF-8 is an
+ * error (as in prost); unknown fields are skipped. Returns, for each oneof, the member that
+ * appeared last on the wire.
+ */
+function validate(type: MessageName, bytes: Uint8Array): Map<string, string> {
   const reader = protobuf.Reader.create(bytes);
+  const fields: Partial<Record<number, FieldSpec>> = ZDS_FIELDS[type];
   const lastOneof = new Map<string, string>();
   while (reader.pos < reader.len) {
     const tag = reader.uint32();
     if (tag >>> 3 === 0) throw new Error('invalid tag value: 0'); // prost's words; protobufjs would skip it
-    const field = type.fieldsById[tag >>> 3];
+    const field = fields[tag >>> 3];
     const wireType = tag & 7;
     if (!field) {
       reader.skipType(wireType);
       continue;
     }
-    if (wireType !== expectedWireType(field)) throw new Error(`field ${field.name}: wrong wire type ${wireType}`);
-    if (field.partOf) lastOneof.set(field.partOf.name, field.name);
-    if (wireType === WIRE_VARINT) {
+    const expected = field.kind === 'varint' ? WIRE_VARINT : WIRE_LENGTH_DELIMITED;
+    if (wireType !== expected) throw new Error(`field ${field.name}: wrong wire type ${wireType}`);
+    if (field.oneof) lastOneof.set(field.oneof, field.name);
+    if (field.kind === 'varint') {
       reader.uint64();
       continue;
     }
     const value = reader.bytes();
-    if (field.resolvedType instanceof protobuf.Type) validate(field.resolvedType, value);
-    else if (field.type === 'string') utf8.decode(value);
+    if (field.kind === 'string') utf8.decode(value);
+    else validate(field.kind, value);
   }
   return lastOneof;
 }
 
-function decodeStrict(
-  type: protobuf.Type,
+/** Checks the bytes as prost would, then decodes them with the generated code. */
+function decodeStrict<T>(
+  type: MessageName,
   bytes: Uint8Array,
-  what: string,
-): { message: Record<string, unknown>; oneofs: Map<string, string> } {
+  decode: (bytes: Uint8Array) => T,
+): { message: T; oneofs: Map<string, string> } {
   try {
     const oneofs = validate(type, bytes);
-    const message = type.toObject(type.decode(bytes), { defaults: false }) as Record<string, unknown>;
-    return { message, oneofs };
+    return { message: decode(bytes), oneofs };
   } catch (err) {
-    throw new ZdsError('ZDS_MALFORMED', `malformed ${what}: ${err instanceof Error ? err.message : String(err)}`, false);
+    throw new ZdsError('ZDS_MALFORMED', `malformed ${type}: ${err instanceof Error ? err.message : String(err)}`, false);
   }
 }
 
 export function decodeHello(bytes: Uint8Array): { version: number } {
-  const { message } = decodeStrict(types.hello, bytes, 'ZdsHello');
-  return { version: typeof message['version'] === 'number' ? message['version'] : 0 };
+  const { message } = decodeStrict('ZdsHello', bytes, (b) => zds.ZdsHello.decode(b));
+  return { version: message.version ?? 0 };
 }
 
 /** Returns the ack's error text ('' = success). A response without an ack is malformed. */
 export function decodeAck(bytes: Uint8Array): string {
-  const { message, oneofs } = decodeStrict(types.response, bytes, 'WorkloadResponse');
-  if (oneofs.get('payload') !== 'ack') throw new ZdsError('ZDS_MALFORMED', 'WorkloadResponse without an ack', false);
-  const ack = message['ack'] as { error?: string };
-  return ack.error ?? '';
+  const { message, oneofs } = decodeStrict('WorkloadResponse', bytes, (b) => zds.WorkloadResponse.decode(b));
+  if (oneofs.get('payload') !== 'ack' || !message.ack) throw new ZdsError('ZDS_MALFORMED', 'WorkloadResponse without an ack', false);
+  return message.ack.error ?? '';
 }
 
 /** Decodes a request the way ztunnel does (used by the test client and for diagnostics). */
 export function decodeRequest(bytes: Uint8Array): WorkloadRequest | undefined {
-  const { message, oneofs } = decodeStrict(types.request, bytes, 'WorkloadRequest');
-  const member = oneofs.get('payload');
-  if (member === undefined) return undefined;
-  const body = (message[member] ?? {}) as Record<string, unknown>;
-  switch (member) {
+  const { message, oneofs } = decodeStrict('WorkloadRequest', bytes, (b) => zds.WorkloadRequest.decode(b));
+  switch (oneofs.get('payload')) {
+    case undefined:
+      return undefined;
     case 'add': {
-      const info = body['workloadInfo'] as Partial<WorkloadInfo> | undefined;
-      const add = { uid: (body['uid'] as string | undefined) ?? '' };
-      return info
-        ? {
-            add: {
-              ...add,
-              workloadInfo: { name: info.name ?? '', namespace: info.namespace ?? '', serviceAccount: info.serviceAccount ?? '' },
-            },
-          }
-        : { add };
+      const add = { uid: message.add?.uid ?? '' };
+      const info = message.add?.workloadInfo;
+      if (!info) return { add };
+      return {
+        add: {
+          ...add,
+          workloadInfo: { name: info.name ?? '', namespace: info.namespace ?? '', serviceAccount: info.serviceAccount ?? '' },
+        },
+      };
     }
     case 'del':
-      return { del: { uid: (body['uid'] as string | undefined) ?? '' } };
+      return { del: { uid: message.del?.uid ?? '' } };
     case 'keep':
-      return { keep: { uid: (body['uid'] as string | undefined) ?? '' } };
+      return { keep: { uid: message.keep?.uid ?? '' } };
     default:
       return { snapshotSent: {} };
   }

@@ -261,7 +261,7 @@ describe('standalone agent', () => {
     const z = await ztunnel();
     expect(z.messages.map((m) => `${m.kind}:${m.uid ?? ''}`)).toEqual(['add:uid-api', 'add:uid-web', 'snapshotSent:']); // restored in state-file order
     // The rules are verified while ztunnel takes the snapshot; the agent is ready afterwards.
-    await (agent.mode as StandaloneMode).whenVerified();
+    await (agent.mode as StandaloneMode).restored();
     expect(agent.notReadyReasons()).toEqual([]);
     expect(pods['web']!.nftScripts).toHaveLength(1); // in sync: not re-applied
     expect(pods['api']!.nftScripts).toHaveLength(2); // drifted: re-applied

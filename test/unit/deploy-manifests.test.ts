@@ -605,7 +605,6 @@ describe('Dockerfile (static checks; npm run test:image runs the built image)', 
         `${appRoot}/package.json`,
         `${appRoot}/node_modules`,
         `${appRoot}/dist`,
-        `${appRoot}/src/zds/zds.proto`, // src/zds/codec.ts
         `${appRoot}/build/Release/ambient_native.node`, // src/addon/binding.ts
       ]),
     );

@@ -1,7 +1,7 @@
 // The reconciler's state machine with the fake addon and fake timers: events are debounced into
 // one check, repairs of one target back off (50 ms doubling to 2 s) with one warning per episode,
 // a failed repair is retried without an event, a removed target is never recorded, the sweep
-// checks everyone and reopens watches that failed.
+// checks everyone and reopens watches that failed, watches held at start open once released.
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -155,5 +155,28 @@ describe('Reconciler', () => {
     await vi.advanceTimersByTimeAsync(30_000);
     expect(checkTimes.length).toBeGreaterThanOrEqual(2);
     expect(reconciler.status('uid-1')).toMatchObject({ watched: true });
+  });
+
+  it('holds the watches of targets added while held (a restart restores every pod at once), then opens them 16 per event-loop turn', async () => {
+    const opened = vi.spyOn(addon, 'watchNetns');
+    reconciler.holdWatches();
+    for (let i = 0; i < 40; i++) reconciler.add(target({ key: `uid-${i}` }));
+    reconciler.add(target({ key: 'gone' }));
+    reconciler.remove('gone');
+    reconciler.sweep(); // the sweep reopens missing watches, but not held ones; it still checks
+    await vi.advanceTimersByTimeAsync(600);
+    expect(opened).not.toHaveBeenCalled();
+    expect(reconciler.status('uid-0')).toMatchObject({ watched: false });
+    expect(checkTimes).toHaveLength(40);
+
+    reconciler.releaseWatches();
+    expect(opened).toHaveBeenCalledTimes(16); // the rest wait for the next turns
+    await vi.advanceTimersByTimeAsync(1);
+    expect(opened).toHaveBeenCalledTimes(40); // never the removed one
+    expect(Array.from({ length: 40 }, (_, i) => reconciler.status(`uid-${i}`)?.watched)).toEqual(Array(40).fill(true));
+    await vi.advanceTimersByTimeAsync(500);
+    expect(checkTimes).toHaveLength(80); // each checked once after its watch opened
+    reconciler.add(target({ key: 'later' })); // released: a new target's watch opens at once
+    expect(opened).toHaveBeenCalledTimes(41);
   });
 });
