@@ -5,7 +5,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { NativeNetAddon, type NetAddon } from '../addon/net-addon.js';
 import type { SeqpacketListener } from '../addon/seqpacket.js';
-import { PLUGIN_EVENT_SOCKET, PLUGIN_LOG_SOCKET } from '../cni/protocol.js';
+import { PLUGIN_EVENT_SOCKET, PLUGIN_LOG_SOCKET, type PluginAddEvent } from '../cni/protocol.js';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { AgentMetrics, MetricsServer } from '../ops/metrics.js';
 import { describeDrift } from '../rules/drift.js';
@@ -47,9 +47,6 @@ export interface AgentDeps {
   /** Tests shorten the ADD answer deadline (default ADD_ANSWER_MS). */
   addAnswerMs?: number;
 }
-
-/** The longest the start holds the live reconciler's watches (see #releaseWatchesAfter). */
-const WATCH_HOLD_MAX_MS = 1_000;
 
 export class Agent {
   readonly addon: NetAddon;
@@ -127,7 +124,7 @@ export class Agent {
     this.#plugin = new PluginEventServer(
       join(config.runDir, PLUGIN_EVENT_SOCKET),
       {
-        add: (e) => this.mode.cniAdd(e),
+        add: (e) => this.#addWithWatchesHeld(e),
         del: (e) => this.mode.cniDel(e),
         check: (e) => this.mode.cniCheck(e),
         pendingAdd: (e) => this.mode.pendingAdd?.(e),
@@ -197,7 +194,7 @@ export class Agent {
   async start(): Promise<void> {
     mkdirSync(this.config.runDir, { recursive: true, mode: 0o750 });
     this.zds.bind(); // first: a waiting ztunnel connects now and is served right after the restore
-    this.reconciler.holdWatches(); // until the start's own work is done (#releaseWatchesAfter)
+    const releaseStartHold = this.reconciler.holdWatches(); // until the start's own work is done (#releaseAfter)
     await this.#health.start();
     await this.#metricsServer.start();
     await this.#pluginLog.start();
@@ -211,7 +208,7 @@ export class Agent {
     this.mode.run();
     this.reconciler.start();
     const installed = this.#installer ? this.#install(this.#installer) : Promise.resolve();
-    this.#releaseWatchesAfter(installed);
+    this.#releaseAfter(installed, releaseStartHold);
     await installed;
     this.#log.info({ notReady: this.notReadyReasons() }, 'agent started');
   }
@@ -219,17 +216,18 @@ export class Agent {
   /**
    * The live reconciler's watches open once the restored pods are verified and the CNI is
    * installed: after a restart, the snapshot ztunnel waits for, the verification and the install
-   * then have the event loop and the netns threads to themselves. At most WATCH_HOLD_MAX_MS, so
-   * an install that waits for the primary CNI's config keeps no pod unwatched.
+   * then have the event loop and the netns threads to themselves. The reconciler opens a held
+   * watch after WATCH_HOLD_MAX_MS in any case, so an install that waits for the primary CNI's
+   * config keeps no pod unwatched.
    */
-  #releaseWatchesAfter(installed: Promise<void>): void {
-    const release = (): void => {
-      clearTimeout(cap);
-      this.reconciler.releaseWatches();
-    };
-    const cap = setTimeout(release, WATCH_HOLD_MAX_MS);
-    cap.unref();
+  #releaseAfter(installed: Promise<void>, release: () => void): void {
     void Promise.allSettled([installed, this.mode.restored?.()]).then(release);
+  }
+
+  /** An ADD onboards its pod with the watches held (Reconciler.holdWatches): its own opens after it. */
+  #addWithWatchesHeld(e: PluginAddEvent): Promise<void> {
+    const release = this.reconciler.holdWatches();
+    return this.mode.cniAdd(e).finally(release);
   }
 
   async #install(installer: Installer): Promise<void> {

@@ -53,6 +53,8 @@ export interface ReconcilerOptions {
   initialCheckMs?: number;
   /** How often each watched netns is asked for its nftables generation (default NFT_POLL_MS). */
   nftPollMs?: number;
+  /** The longest a held watch waits for the holds to end (default WATCH_HOLD_MAX_MS). */
+  watchHoldMaxMs?: number;
 }
 
 export interface ReconcileStatus {
@@ -78,10 +80,19 @@ interface Tracked {
   lastRepairAt: number;
   failing: boolean;
   watchFailed: boolean;
+  /** Its watch waits for the holds to end (holdWatches). */
+  held: boolean;
 }
 
 /** Held watches opened per turn of the event loop (each is a netns visit submitted from it). */
 const WATCH_OPEN_CHUNK = 16;
+
+/**
+ * The longest a watch is held: holds come and go with the node's ADDs, and a node that is never
+ * without one (a busy churn) must still watch its pods. The sweep and the first check's delay
+ * (initialCheckMs) are of the same order.
+ */
+export const WATCH_HOLD_MAX_MS = 1_000;
 
 export class Reconciler {
   readonly #targets = new Map<string, Tracked>();
@@ -96,8 +107,13 @@ export class Reconciler {
   #inFlight = 0;
   #sweep: NodeJS.Timeout | undefined;
   #stopped = false;
-  /** While set, added targets wait for releaseWatches() before their watch opens. */
-  #holding = false;
+  /** Holds taken and not released (holdWatches); while any is, added targets' watches wait. */
+  #holds = 0;
+  /** The targets whose watch waits, oldest first. */
+  #held: Tracked[] = [];
+  /** Opens the held watches WATCH_HOLD_MAX_MS after the oldest of them was held. */
+  #holdCap: NodeJS.Timeout | undefined;
+  readonly #watchHoldMaxMs: number;
 
   constructor(private readonly opts: ReconcilerOptions) {
     this.#log = (opts.log ?? silentLogger).child({ component: 'reconciler' });
@@ -107,6 +123,7 @@ export class Reconciler {
     this.#quietMs = opts.quietMs ?? 5_000;
     this.#concurrency = opts.concurrency ?? 2;
     this.#initialCheckMs = opts.initialCheckMs ?? 500;
+    this.#watchHoldMaxMs = opts.watchHoldMaxMs ?? WATCH_HOLD_MAX_MS;
   }
 
   /** Starts the sweep. Targets may be added before. */
@@ -118,25 +135,43 @@ export class Reconciler {
   }
 
   /**
-   * Targets added from now on are tracked, but their watches wait for releaseWatches(). A
-   * restart restores every enrolled pod at once: opening their watches is a netns visit each
-   * and event-loop work per pod, which would otherwise compete with the snapshot ztunnel is
-   * waiting for, the rules' verification and the CNI install.
+   * Until the returned release is called (once; more calls do nothing), targets added are
+   * tracked but their watches wait, at most WATCH_HOLD_MAX_MS. Opening a watch is a netns visit
+   * and event-loop work per pod: taken while a restart restores every enrolled pod at once, and
+   * while an ADD is onboarding a pod (its own watch included), so neither shares the CPUs with
+   * them. The watches open from the turn after the last hold is released, WATCH_OPEN_CHUNK per
+   * turn of the event loop so nothing waits behind them all.
    */
-  holdWatches(): void {
-    this.#holding = true;
+  holdWatches(): () => void {
+    this.#holds++;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      if (--this.#holds === 0) this.#openHeld();
+    };
   }
 
-  /** Opens the held watches, WATCH_OPEN_CHUNK per turn of the event loop so nothing waits behind them all. */
-  releaseWatches(): void {
-    if (!this.#holding) return;
-    this.#holding = false;
-    const waiting = [...this.#targets.values()].filter((t) => !t.watch && !t.opening);
+  #hold(t: Tracked): void {
+    t.held = true;
+    this.#held.push(t);
+    if (this.#holdCap) return;
+    this.#holdCap = setTimeout(() => this.#openHeld(), this.#watchHoldMaxMs);
+    this.#holdCap.unref();
+  }
+
+  #openHeld(): void {
+    clearTimeout(this.#holdCap);
+    this.#holdCap = undefined;
+    const waiting = this.#held.splice(0);
+    for (const t of waiting) t.held = false;
     const openSome = (): void => {
+      if (this.#stopped) return;
       for (const t of waiting.splice(0, WATCH_OPEN_CHUNK)) if (!t.closed && !t.watch && !t.opening) this.#openWatch(t);
-      if (waiting.length > 0 && !this.#stopped) setImmediate(openSome);
+      if (waiting.length > 0) setImmediate(openSome);
     };
-    openSome();
+    // From the next turn: the last ADD's answer, written in this one, goes out first.
+    if (waiting.length > 0) setImmediate(openSome);
   }
 
   /** Watches the target (replacing one with the same key) and checks it soon. */
@@ -158,9 +193,11 @@ export class Reconciler {
       lastRepairAt: 0,
       failing: false,
       watchFailed: false,
+      held: false,
     };
     this.#targets.set(target.key, t);
-    if (!this.#holding) this.#openWatch(t);
+    if (this.#holds > 0) this.#hold(t);
+    else this.#openWatch(t);
   }
 
   /** Stops watching; a check in flight finishes, nothing new starts. */
@@ -198,7 +235,7 @@ export class Reconciler {
   /** Checks every target (the periodic safety net); reopens watches that failed. */
   sweep(): void {
     for (const t of this.#targets.values()) {
-      if (!t.watch && !t.opening && !this.#holding) this.#openWatch(t);
+      if (!t.watch && !t.opening && !t.held) this.#openWatch(t);
       this.#schedule(t, 0);
     }
   }
@@ -213,6 +250,9 @@ export class Reconciler {
     this.#stopped = true;
     if (this.#sweep) clearInterval(this.#sweep);
     this.#sweep = undefined;
+    clearTimeout(this.#holdCap);
+    this.#holdCap = undefined;
+    this.#held.length = 0;
     for (const key of [...this.#targets.keys()]) this.remove(key);
   }
 

@@ -369,6 +369,21 @@ describe('standalone agent', () => {
     expect((await getHttp(agent.healthPort!, '/debug/pods?x=1')).status).toBe(404);
   });
 
+  it("a pod's netns watch opens after its ADD is answered, not while it onboards (the live reconciler's holds)", async () => {
+    const slow = await FakeZtunnel.connect(config.zdsSocket, { ackDelayMs: 300 });
+    clients.push(slow);
+    await slow.waitFor(() => slow.snapshotSent);
+    const webNetns = '/host/var/run/netns/web';
+    const pending = postUnix(sock(), '/cmdadd', addEvent('web'));
+    await slow.waitFor(() => slow.messages.some((m) => m.kind === 'add' && m.uid === 'uid-web'));
+    expect(pods['web']!.nftScripts).toHaveLength(1); // the rules are in, ztunnel's ack is due
+    expect(addon.watches.get(webNetns)).toBeUndefined();
+    expect(await pending).toEqual({ status: 200, body: '' });
+    await new Promise((r) => setImmediate(r));
+    expect(addon.watches.get(webNetns)).toHaveLength(1);
+    expect(agent.reconciler.status('uid-web')).toMatchObject({ watched: true });
+  });
+
   it('on stop, finishes an in-flight ADD before closing (graceful shutdown)', async () => {
     const slow = await FakeZtunnel.connect(config.zdsSocket, { ackDelayMs: 800 });
     clients.push(slow);

@@ -3,6 +3,7 @@
 // names, and things that are not regular files must never make load() throw or hang; each
 // unusable file is set aside as *.corrupt and reported, every good one loads.
 import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -141,6 +142,17 @@ function oracle(name: string, content: string | Buffer): EnrolledPod | undefined
   return podProblems(pod).length === 0 && stateFileName(pod.uid) === name ? pod : undefined;
 }
 
+/** The file name the store's contract gives a UID, written out byte by byte (its escaping rule). */
+function expectedFileName(uid: string): string {
+  let safe = '';
+  for (const byte of Buffer.from(uid, 'utf8')) {
+    const c = String.fromCharCode(byte);
+    safe += /[A-Za-z0-9_-]/.test(c) ? c : `%${byte.toString(16).padStart(2, '0')}`;
+  }
+  if (safe.length > 200) safe = `sha256-${createHash('sha256').update(uid).digest('hex')}`;
+  return `${safe}.json`;
+}
+
 const byUid = (a: EnrolledPod, b: EnrolledPod): number => (a.uid < b.uid ? -1 : a.uid > b.uid ? 1 : 0);
 
 describe('fuzz: the pod state store', () => {
@@ -149,6 +161,25 @@ describe('fuzz: the pod state store', () => {
     dir = mkdtempSync(join(tmpdir(), 'fuzz-state-'));
   });
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('stateFileName: safe UIDs (UUIDs) keep their text, anything else is escaped byte by byte or hashed', fuzzTest(), () => {
+    const safeChar = fc.constantFrom(...'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-');
+    const uid = fc.oneof(
+      fc.uuid(),
+      fc.string({ unit: safeChar, minLength: 1, maxLength: 260 }),
+      fc.string({ unit: 'binary', minLength: 1, maxLength: 120 }),
+      fc.string({ minLength: 1, maxLength: 80 }),
+    );
+    fc.assert(
+      fc.property(uid, (u) => stateFileName(u) === expectedFileName(u)),
+      fuzzParams(2000),
+    );
+    expect(stateFileName('6f1c7e2a-9d3b-4c55-8a1e-0b2f3c4d5e6f')).toBe('6f1c7e2a-9d3b-4c55-8a1e-0b2f3c4d5e6f.json');
+    expect(stateFileName('shop/web')).toBe('shop%2fweb.json');
+    expect(stateFileName('a'.repeat(200))).toBe(`${'a'.repeat(200)}.json`);
+    expect(stateFileName('a'.repeat(201))).toMatch(/^sha256-[0-9a-f]{64}\.json$/);
+    expect(() => stateFileName('')).toThrow(RangeError);
+  });
 
   it('load() removes temp files a crash left between write and rename, and keeps the pods', () => {
     const store = new PodStateStore(dir);

@@ -6,7 +6,7 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { NetnsHandle } from '../../src/addon/net-addon.js';
-import { Reconciler, type ReconcileTarget } from '../../src/reconcile/reconciler.js';
+import { Reconciler, WATCH_HOLD_MAX_MS, type ReconcileTarget } from '../../src/reconcile/reconciler.js';
 import type { RepairOutcome } from '../../src/reconcile/repair.js';
 import { FakeNetAddon } from '../fakes/fake-net-addon.js';
 
@@ -159,7 +159,7 @@ describe('Reconciler', () => {
 
   it('holds the watches of targets added while held (a restart restores every pod at once), then opens them 16 per event-loop turn', async () => {
     const opened = vi.spyOn(addon, 'watchNetns');
-    reconciler.holdWatches();
+    const release = reconciler.holdWatches();
     for (let i = 0; i < 40; i++) reconciler.add(target({ key: `uid-${i}` }));
     reconciler.add(target({ key: 'gone' }));
     reconciler.remove('gone');
@@ -169,14 +169,61 @@ describe('Reconciler', () => {
     expect(reconciler.status('uid-0')).toMatchObject({ watched: false });
     expect(checkTimes).toHaveLength(40);
 
-    reconciler.releaseWatches();
+    release();
+    expect(opened).not.toHaveBeenCalled(); // from the next turn (the last ADD's answer goes out first)
+    await vi.advanceTimersToNextTimerAsync(); // the next turn (fake timers run setImmediate too)
     expect(opened).toHaveBeenCalledTimes(16); // the rest wait for the next turns
-    await vi.advanceTimersByTimeAsync(1);
+    await vi.advanceTimersToNextTimerAsync();
+    expect(opened).toHaveBeenCalledTimes(32);
+    await vi.advanceTimersToNextTimerAsync();
     expect(opened).toHaveBeenCalledTimes(40); // never the removed one
     expect(Array.from({ length: 40 }, (_, i) => reconciler.status(`uid-${i}`)?.watched)).toEqual(Array(40).fill(true));
     await vi.advanceTimersByTimeAsync(500);
     expect(checkTimes).toHaveLength(80); // each checked once after its watch opened
     reconciler.add(target({ key: 'later' })); // released: a new target's watch opens at once
     expect(opened).toHaveBeenCalledTimes(41);
+  });
+
+  it('holds overlap (concurrent ADDs): the watches open when the last one is released; a second release does nothing', async () => {
+    const opened = vi.spyOn(addon, 'watchNetns');
+    const first = reconciler.holdWatches();
+    reconciler.add(target({ key: 'uid-a' }));
+    const second = reconciler.holdWatches();
+    reconciler.add(target({ key: 'uid-b' }));
+    first();
+    first(); // idempotent: must not release the second hold
+    await vi.advanceTimersByTimeAsync(100);
+    expect(opened).not.toHaveBeenCalled();
+    second();
+    await vi.advanceTimersByTimeAsync(1);
+    expect(opened).toHaveBeenCalledTimes(2);
+    expect(reconciler.status('uid-a')).toMatchObject({ watched: true });
+    expect(reconciler.status('uid-b')).toMatchObject({ watched: true });
+  });
+
+  it('a hold never released delays a watch by at most WATCH_HOLD_MAX_MS (a node that is never idle is still watched)', async () => {
+    const opened = vi.spyOn(addon, 'watchNetns');
+    reconciler.holdWatches(); // never released
+    reconciler.add(target({ key: 'uid-a' }));
+    await vi.advanceTimersByTimeAsync(WATCH_HOLD_MAX_MS / 2);
+    reconciler.add(target({ key: 'uid-b' }));
+    expect(opened).not.toHaveBeenCalled();
+    await vi.advanceTimersByTimeAsync(WATCH_HOLD_MAX_MS / 2 + 1);
+    expect(opened).toHaveBeenCalledTimes(2); // the cap counts from the oldest held; both open
+    reconciler.add(target({ key: 'uid-c' })); // still held: waits for the next cap at most
+    expect(opened).toHaveBeenCalledTimes(2);
+    await vi.advanceTimersByTimeAsync(WATCH_HOLD_MAX_MS + 1);
+    expect(opened).toHaveBeenCalledTimes(3);
+    expect(['uid-a', 'uid-b', 'uid-c'].map((k) => reconciler.status(k)?.watched)).toEqual([true, true, true]);
+  });
+
+  it('stop() drops the held watches: nothing opens after it', async () => {
+    const opened = vi.spyOn(addon, 'watchNetns');
+    const release = reconciler.holdWatches();
+    reconciler.add(target({ key: 'uid-a' }));
+    reconciler.stop();
+    release();
+    await vi.advanceTimersByTimeAsync(2 * WATCH_HOLD_MAX_MS);
+    expect(opened).not.toHaveBeenCalled();
   });
 });
