@@ -43,15 +43,16 @@ export interface LoadedState {
   problems: StateProblem[];
 }
 
+/** A UID that is a file name as it is (every Kubernetes UID: a UUID). */
+const ALL_SAFE = /^[A-Za-z0-9_-]+$/;
+
 /**
  * `%`-escapes every UTF-8 byte outside [A-Za-z0-9_-], so each UID maps to its own safe file name
  * (Kubernetes UIDs are UUIDs and stay readable; standalone `namespace/name` UIDs get `%2f`).
  */
-const ALL_SAFE = /^[A-Za-z0-9_-]+$/;
-
 export function stateFileName(uid: string): string {
   if (uid === '') throw new RangeError('pod uid must not be empty');
-  // Every Kubernetes UID (a UUID) is already safe: the byte walk below would return it as is.
+  // An ALL_SAFE UID: the byte walk below would return it unchanged.
   if (uid.length <= MAX_NAME_LENGTH && ALL_SAFE.test(uid)) return `${uid}${SUFFIX}`;
   let safe = '';
   for (const byte of Buffer.from(uid, 'utf8')) {
