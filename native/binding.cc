@@ -524,10 +524,14 @@ int FdArg(const Napi::CallbackInfo& info, size_t i, const char* usage) {
 
 Napi::Value OpenNetnsJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!info[0].IsString()) throw Napi::TypeError::New(env, "openNetns(path): path must be a string");
+  if (!info[0].IsString()) throw Napi::TypeError::New(env, "openNetns(path, noFollow): path must be a string");
+  if (!info[1].IsUndefined() && !info[1].IsBoolean()) {
+    throw Napi::TypeError::New(env, "openNetns(path, noFollow): noFollow must be a boolean");
+  }
+  bool no_follow = info[1].IsBoolean() && info[1].As<Napi::Boolean>().Value();
   NetnsId id;
   SysError err;
-  int fd = OpenNetns(info[0].As<Napi::String>().Utf8Value(), &id, &err);
+  int fd = OpenNetns(info[0].As<Napi::String>().Utf8Value(), no_follow, &id, &err);
   if (fd < 0) throw ToJsError(env, err);
   Napi::Object o = Napi::Object::New(env);
   o.Set("fd", fd);

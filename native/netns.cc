@@ -11,9 +11,10 @@
 
 namespace ana {
 
-int OpenNetns(const std::string& path, NetnsId* id, SysError* err) {
+int OpenNetns(const std::string& path, bool no_follow, NetnsId* id, SysError* err) {
   // O_NONBLOCK: a hostile path naming a FIFO must not block the JS thread in open().
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (no_follow ? O_NOFOLLOW : 0);
+  int fd = open(path.c_str(), flags);
   if (fd < 0) {
     *err = SysError::FromErrno(errno, "open", path);
     return -1;

@@ -14,7 +14,10 @@ struct NetnsId {
 
 // Opens a netns file (for example /var/run/netns/x or /proc/<pid>/ns/net) with O_CLOEXEC and
 // checks, with NS_GET_NSTYPE, that it really is a network namespace. Returns the fd or -1.
-int OpenNetns(const std::string& path, NetnsId* id, SysError* err);
+// `no_follow`: a symlink as the last component fails with ELOOP (O_NOFOLLOW), decided by the same
+// open that yields the fd, so the file cannot be swapped for a link between a check and the open.
+// /proc/<pid>/ns/net is a link itself and is opened with no_follow false.
+int OpenNetns(const std::string& path, bool no_follow, NetnsId* id, SysError* err);
 
 bool StatNetnsFd(int fd, NetnsId* id, SysError* err);
 

@@ -63,7 +63,8 @@ export interface RawFdPoller {
 }
 
 export interface RawAddon {
-  openNetns(path: string): RawNetnsInfo;
+  /** `noFollow`: O_NOFOLLOW, a symlink as the last component fails with ELOOP. */
+  openNetns(path: string, noFollow?: boolean): RawNetnsInfo;
   closeFd(fd: number): void;
   /** A new fd of the namespace `anchor` refers to: a namespace file duplicated, or a socket's own (SIOCGSKNS). */
   netnsFdOf(anchor: number): number;

@@ -37,8 +37,16 @@ export interface RunOptions {
   background?: boolean;
 }
 
+export interface OpenNetnsOptions {
+  /**
+   * Refuse a symlink as the last component (ELOOP) in the open itself (O_NOFOLLOW): no window
+   * between a check and the open. Not for /proc/<pid>/ns/net, which is a link.
+   */
+  noFollow?: boolean;
+}
+
 export interface NetAddon {
-  openNetns(path: string): NetnsHandle;
+  openNetns(path: string, options?: OpenNetnsOptions): NetnsHandle;
   /**
    * Runs the steps in order inside the namespace; the first failure rejects (with its step).
    * Step lists for the same handle asked for in the same turn of the event loop share one visit
@@ -155,8 +163,8 @@ export class NativeNetAddon implements NetAddon {
 
   constructor(private readonly raw: RawAddon = loadRawAddon()) {}
 
-  openNetns(path: string): NetnsHandle {
-    const info = this.raw.openNetns(path);
+  openNetns(path: string, options: OpenNetnsOptions = {}): NetnsHandle {
+    const info = this.raw.openNetns(path, options.noFollow === true);
     return new NativeNetnsHandle(this.raw, info.fd, info.ino, info.dev, path, this);
   }
 

@@ -6,7 +6,7 @@
 // directory), a symlink where the runtime puts a bind-mounted nsfs file, a file that is not a
 // network namespace (the addon checks NS_GET_NSTYPE), the agent's own namespace and the host's
 // (`<proc-dir>/1/ns/net`): redirecting either would capture the node.
-import { lstatSync, realpathSync, statSync } from 'node:fs';
+import { realpathSync, statSync } from 'node:fs';
 import { posix } from 'node:path';
 import { hasErrorCode } from '../addon/errors.js';
 import { netnsPathProblem } from '../cni/fields.js';
@@ -112,12 +112,16 @@ export class PodNetnsOpener {
   /** Opens the pod netns or throws NetnsPathError / the addon's ENOENT or EINVAL error. */
   open(runtimePath: string): NetnsHandle {
     const path = podNetnsLocation(this.netnsRoot, runtimePath, this.#extraDirs);
-    if (!PROC_NETNS.test(runtimePath)) this.#checkBindMountFile(path);
+    const bindMounted = !PROC_NETNS.test(runtimePath);
+    if (bindMounted) this.#checkDirectory(path);
     let handle: NetnsHandle;
     try {
-      handle = this.addon.openNetns(path);
+      handle = this.addon.openNetns(path, { noFollow: bindMounted });
     } catch (err) {
       if (hasErrorCode(err, 'ENOENT')) throw new Error(`pod netns ${path} does not exist (the sandbox is gone?)`, { cause: err });
+      if (bindMounted && hasErrorCode(err, 'ELOOP')) {
+        throw new NetnsPathError(`refusing netns path ${path}: a symlink (runtimes bind-mount the namespace there)`, { cause: err });
+      }
       throw err;
     }
     const refused = this.#refused.find(({ id }) => handle.ino === id.ino && handle.dev === id.dev);
@@ -128,9 +132,11 @@ export class PodNetnsOpener {
     return handle;
   }
 
-  /** Runtimes bind-mount the nsfs file into a real directory under the root: no symlink on the way out. */
-  #checkBindMountFile(path: string): void {
-    if (isSymlink(path)) throw new NetnsPathError(`refusing netns path ${path}: a symlink (runtimes bind-mount the namespace there)`);
+  /**
+   * Runtimes bind-mount the nsfs file into a real directory under the root: its directory must
+   * not resolve out of it (the file itself is opened without following a link, see open).
+   */
+  #checkDirectory(path: string): void {
     if (this.#root === undefined) return;
     const dir = realDirectory(posix.dirname(path));
     if (dir !== undefined && dir !== this.#root && !dir.startsWith(`${this.#root}/`)) {
@@ -139,18 +145,11 @@ export class PodNetnsOpener {
   }
 }
 
+/** realpath(3) itself: one call per ADD instead of Node's component-by-component lstat walk in JS. */
 function realDirectory(path: string): string | undefined {
   try {
-    return realpathSync(path);
+    return realpathSync.native(path);
   } catch {
     return undefined; // missing: the open reports it
-  }
-}
-
-function isSymlink(path: string): boolean {
-  try {
-    return lstatSync(path).isSymbolicLink();
-  } catch {
-    return false; // missing: the open reports it
   }
 }

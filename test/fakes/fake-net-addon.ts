@@ -4,7 +4,7 @@
 import { closeSync, openSync } from 'node:fs';
 import type { RawExecutorStats } from '../../src/addon/binding.js';
 import { systemError } from '../../src/addon/errors.js';
-import type { NetAddon, NetnsHandle, NetnsTarget } from '../../src/addon/net-addon.js';
+import type { NetAddon, NetnsHandle, NetnsTarget, OpenNetnsOptions } from '../../src/addon/net-addon.js';
 import type { NetnsChanges, NetnsWatch, WatchOptions } from '../../src/addon/netns-watch.js';
 import type { FwmarkRuleEntry, ResultsOf, RouteEntry, RoutingResult, RoutingStep, Step } from '../../src/addon/steps.js';
 
@@ -56,6 +56,10 @@ function newNamespace(ino: number): FakeNamespace {
 export class FakeNetAddon implements NetAddon {
   readonly namespaces = new Map<string, FakeNamespace>();
   readonly notNetns = new Set<string>();
+  /** Paths that are symlinks: an open with noFollow fails with ELOOP, as O_NOFOLLOW does. */
+  readonly symlinks = new Set<string>();
+  /** The options of every openNetns, in order. */
+  readonly opens: Array<{ path: string; noFollow: boolean }> = [];
   readonly runs: RecordedRun[] = [];
   /** The namespace used for 'fresh' targets; its listing is what canonicalisation sees. */
   readonly fresh: FakeNamespace = newNamespace(1);
@@ -82,7 +86,11 @@ export class FakeNetAddon implements NetAddon {
     return ns;
   }
 
-  openNetns(path: string): NetnsHandle {
+  openNetns(path: string, options: OpenNetnsOptions = {}): NetnsHandle {
+    this.opens.push({ path, noFollow: options.noFollow === true });
+    if (options.noFollow && this.symlinks.has(path)) {
+      throw systemError('ELOOP', -40, 'open', `ELOOP: too many symbolic links encountered, open '${path}'`, path);
+    }
     if (this.notNetns.has(path)) throw systemError('EINVAL', -22, 'ioctl', `EINVAL: not a network namespace, ioctl '${path}'`, path);
     const ns = this.namespaces.get(path);
     if (!ns) throw systemError('ENOENT', -2, 'open', `ENOENT: no such file or directory, open '${path}'`, path);

@@ -339,6 +339,7 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
       'step.bindPort must be an integer from 0 to 65535',
     );
     expect(() => raw.runInNetns(handle.fd, [{ op: 'exec', argv: ['true'], timeoutMs: 2 ** 31 }])).toThrow(TypeError);
+    expect(() => raw.openNetns(handle.path, 1 as unknown as boolean)).toThrow('openNetns(path, noFollow): noFollow must be a boolean');
   });
 
   it('spawns programs inside the namespace with argv, stdin and a deadline', async () => {

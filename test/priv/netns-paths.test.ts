@@ -48,6 +48,20 @@ describe.skipIf(skip)(`pod netns paths (real files)${skip ? ` — skipped: ${ski
     expect(() => new PodNetnsOpener(addon, '').open(link)).toThrow(/a symlink/);
   });
 
+  it('decides "symlink" in the open itself (O_NOFOLLOW: ELOOP), for a dangling link too', () => {
+    const link = runtimeFile('link-raw');
+    symlinkSync(pod.path, link);
+    expect(() => addon.openNetns(link, { noFollow: true })).toThrow(
+      expect.objectContaining({ code: 'ELOOP', syscall: 'open', path: link }),
+    );
+    addon.openNetns(link).close(); // following it reaches the namespace: only the flag refuses it
+    const dangling = runtimeFile('dangling');
+    symlinkSync(`/var/run/netns/ana-test-${process.pid}-nothing-here`, dangling);
+    expect(() => new PodNetnsOpener(addon, '').open(dangling)).toThrow(
+      expect.objectContaining({ code: 'EBADNETNS', cause: expect.objectContaining({ code: 'ELOOP' }) }),
+    );
+  });
+
   it('refuses a symlink under --netns-root that points out of it', () => {
     symlinkSync(pod.path, join(root, 'var', 'run', 'netns', 'escape'));
     expect(() => new PodNetnsOpener(addon, root).open('/var/run/netns/escape')).toThrow(/a symlink/);

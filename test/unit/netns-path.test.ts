@@ -79,6 +79,28 @@ describe('PodNetnsOpener', () => {
     expect(addon.openFds).toBe(0);
   });
 
+  it('opens a runtime file without following a link (refused as a symlink), a /proc link by following it', () => {
+    const addon = new FakeNetAddon();
+    addon.addNetns('/host/var/run/netns/link');
+    addon.symlinks.add('/host/var/run/netns/link');
+    addon.addNetns('/host/proc/42/ns/net');
+    addon.symlinks.add('/host/proc/42/ns/net');
+    const opener = new PodNetnsOpener(addon, '/host', { own: undefined });
+    expect(() => opener.open('/var/run/netns/link')).toThrow(
+      expect.objectContaining({
+        code: 'EBADNETNS',
+        message: 'refusing netns path /host/var/run/netns/link: a symlink (runtimes bind-mount the namespace there)',
+        cause: expect.objectContaining({ code: 'ELOOP', syscall: 'open' }),
+      }),
+    );
+    opener.open('/proc/42/ns/net').close();
+    expect(addon.opens).toEqual([
+      { path: '/host/var/run/netns/link', noFollow: true },
+      { path: '/host/proc/42/ns/net', noFollow: false },
+    ]);
+    expect(addon.openFds).toBe(0);
+  });
+
   it('explains a missing namespace', () => {
     const opener = new PodNetnsOpener(new FakeNetAddon(), '/host', { own: undefined });
     expect(() => opener.open('/var/run/netns/gone')).toThrow('pod netns /host/var/run/netns/gone does not exist (the sandbox is gone?)');
