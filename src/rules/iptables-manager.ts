@@ -79,8 +79,8 @@ export class IptablesInpodRules implements InpodRuleManager {
   /**
    * Istio refuses (without reconcile) to apply over leftovers, because its restore input
    * declares chains with -N. We remove our own leftovers first, so applying twice leaves one copy.
+   * No stamp: iptables-restore commits through the kernel's xtables layer, and verify always lists.
    */
-  /** No stamp: iptables-restore commits through the kernel's xtables layer, and verify always lists. */
   apply(ns: NetnsHandle, overrides: PodOverrides): Promise<undefined> {
     return wrapRuleError('apply', ns, this.backend, async () => {
       const inputs = this.restoreInputs(overrides);
