@@ -522,21 +522,37 @@ int FdArg(const Napi::CallbackInfo& info, size_t i, const char* usage) {
   return info[i].As<Napi::Number>().Int32Value();
 }
 
-Napi::Value OpenNetnsJs(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (!info[0].IsString()) throw Napi::TypeError::New(env, "openNetns(path, noFollow): path must be a string");
-  if (!info[1].IsUndefined() && !info[1].IsBoolean()) {
-    throw Napi::TypeError::New(env, "openNetns(path, noFollow): noFollow must be a boolean");
-  }
-  bool no_follow = info[1].IsBoolean() && info[1].As<Napi::Boolean>().Value();
-  NetnsId id;
-  SysError err;
-  int fd = OpenNetns(info[0].As<Napi::String>().Utf8Value(), no_follow, &id, &err);
-  if (fd < 0) throw ToJsError(env, err);
+Napi::Object NetnsInfo(Napi::Env env, int fd, const NetnsId& id) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("fd", fd);
   o.Set("ino", static_cast<double>(id.ino));
   o.Set("dev", static_cast<double>(id.dev));
+  return o;
+}
+
+Napi::Value OpenNetnsJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString()) throw Napi::TypeError::New(env, "openNetns(path): path must be a string");
+  NetnsId id;
+  SysError err;
+  int fd = OpenNetns(info[0].As<Napi::String>().Utf8Value(), &id, &err);
+  if (fd < 0) throw ToJsError(env, err);
+  return NetnsInfo(env, fd, id);
+}
+
+Napi::Value OpenNetnsInDirectoryJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString() || !info[1].IsString()) {
+    throw Napi::TypeError::New(env, "openNetnsInDirectory(directory, name): both must be strings");
+  }
+  NetnsId id;
+  SysError err;
+  std::string directory;
+  int fd = OpenNetnsInDirectory(info[0].As<Napi::String>().Utf8Value(), info[1].As<Napi::String>().Utf8Value(), &id,
+                                &directory, &err);
+  if (fd < 0) throw ToJsError(env, err);
+  Napi::Object o = NetnsInfo(env, fd, id);
+  o.Set("directory", directory);
   return o;
 }
 
@@ -772,6 +788,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   napi_add_env_cleanup_hook(env, Cleanup, state);
 
   exports.Set("openNetns", Napi::Function::New(env, OpenNetnsJs, "openNetns"));
+  exports.Set("openNetnsInDirectory", Napi::Function::New(env, OpenNetnsInDirectoryJs, "openNetnsInDirectory"));
   exports.Set("closeFd", Napi::Function::New(env, CloseFdJs, "closeFd"));
   exports.Set("netnsFdOf", Napi::Function::New(env, NetnsFdOfJs, "netnsFdOf"));
   exports.Set("runInNetns", Napi::Function::New(env, RunInNetnsJs, "runInNetns"));

@@ -12,12 +12,18 @@ struct NetnsId {
   unsigned long long dev = 0;
 };
 
-// Opens a netns file (for example /var/run/netns/x or /proc/<pid>/ns/net) with O_CLOEXEC and
+// Opens a netns file (for example /proc/<pid>/ns/net, following the link) with O_CLOEXEC and
 // checks, with NS_GET_NSTYPE, that it really is a network namespace. Returns the fd or -1.
-// `no_follow`: a symlink as the last component fails with ELOOP (O_NOFOLLOW), decided by the same
-// open that yields the fd, so the file cannot be swapped for a link between a check and the open.
-// /proc/<pid>/ns/net is a link itself and is opened with no_follow false.
-int OpenNetns(const std::string& path, bool no_follow, NetnsId* id, SysError* err);
+int OpenNetns(const std::string& path, NetnsId* id, SysError* err);
+
+// Opens the netns file `name` (one path component) inside the directory `dir`, the way runtimes
+// lay them out (a bind mount in a directory): the directory is opened first (O_PATH, symlinks in
+// `dir` followed) and its real path read back from that fd into `*dir_real`, then the file is
+// opened relative to the same fd with O_NOFOLLOW (a symlink fails with ELOOP). The caller checks
+// `*dir_real`; the file came from exactly that directory, so nothing swapped in between a check
+// and the open can move it elsewhere. Returns the fd or -1.
+int OpenNetnsInDirectory(const std::string& dir, const std::string& name, NetnsId* id, std::string* dir_real,
+                         SysError* err);
 
 bool StatNetnsFd(int fd, NetnsId* id, SysError* err);
 

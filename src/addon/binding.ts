@@ -63,8 +63,9 @@ export interface RawFdPoller {
 }
 
 export interface RawAddon {
-  /** `noFollow`: O_NOFOLLOW, a symlink as the last component fails with ELOOP. */
-  openNetns(path: string, noFollow?: boolean): RawNetnsInfo;
+  openNetns(path: string): RawNetnsInfo;
+  /** `directory`: the real path of the directory, read back from the fd the file was opened in. */
+  openNetnsInDirectory(directory: string, name: string): RawNetnsInfo & { directory: string };
   closeFd(fd: number): void;
   /** A new fd of the namespace `anchor` refers to: a namespace file duplicated, or a socket's own (SIOCGSKNS). */
   netnsFdOf(anchor: number): number;

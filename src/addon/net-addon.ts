@@ -37,16 +37,22 @@ export interface RunOptions {
   background?: boolean;
 }
 
-export interface OpenNetnsOptions {
-  /**
-   * Refuse a symlink as the last component (ELOOP) in the open itself (O_NOFOLLOW): no window
-   * between a check and the open. Not for /proc/<pid>/ns/net, which is a link.
-   */
-  noFollow?: boolean;
+/** A namespace file opened in a directory, and where that directory really is. */
+export interface NetnsInDirectory {
+  handle: NetnsHandle;
+  /** The directory's real path (symlinks resolved), read from the fd the file was opened in. */
+  directory: string;
 }
 
 export interface NetAddon {
-  openNetns(path: string, options?: OpenNetnsOptions): NetnsHandle;
+  /** Opens a namespace file, following a symlink (/proc/<pid>/ns/net is one). */
+  openNetns(path: string): NetnsHandle;
+  /**
+   * Opens `name` (one path component) in `directory` without following a symlink there (ELOOP),
+   * and reports the directory's real path as the open itself saw it: a check of that path
+   * cannot be raced by swapping the directory between the check and the open.
+   */
+  openNetnsInDirectory(directory: string, name: string): NetnsInDirectory;
   /**
    * Runs the steps in order inside the namespace; the first failure rejects (with its step).
    * Step lists for the same handle asked for in the same turn of the event loop share one visit
@@ -163,9 +169,15 @@ export class NativeNetAddon implements NetAddon {
 
   constructor(private readonly raw: RawAddon = loadRawAddon()) {}
 
-  openNetns(path: string, options: OpenNetnsOptions = {}): NetnsHandle {
-    const info = this.raw.openNetns(path, options.noFollow === true);
+  openNetns(path: string): NetnsHandle {
+    const info = this.raw.openNetns(path);
     return new NativeNetnsHandle(this.raw, info.fd, info.ino, info.dev, path, this);
+  }
+
+  openNetnsInDirectory(directory: string, name: string): NetnsInDirectory {
+    const info = this.raw.openNetnsInDirectory(directory, name);
+    const handle = new NativeNetnsHandle(this.raw, info.fd, info.ino, info.dev, `${directory}/${name}`, this);
+    return { handle, directory: info.directory };
   }
 
   run<const S extends readonly Step[]>(target: NetnsTarget, steps: S, options: RunOptions = {}): Promise<ResultsOf<S>> {

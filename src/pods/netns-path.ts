@@ -106,17 +106,17 @@ export class PodNetnsOpener {
     if (host) this.#refused.push({ id: host, what: "the host's network namespace (PID 1's)" });
     // The namespace the agent switched to for its host side (ALLOW_SWITCH_TO_HOST_NS, istio#55139).
     if (options.host) this.#refused.push({ id: options.host, what: "the node's (host) network namespace" });
-    this.#root = netnsRoot && netnsRoot !== '/' ? realDirectory(netnsRoot) : undefined;
+    // A root that does not resolve (yet) is compared as written: stricter, never skipped.
+    this.#root = netnsRoot && netnsRoot !== '/' ? (realDirectory(netnsRoot) ?? posix.resolve(netnsRoot)) : undefined;
   }
 
   /** Opens the pod netns or throws NetnsPathError / the addon's ENOENT or EINVAL error. */
   open(runtimePath: string): NetnsHandle {
     const path = podNetnsLocation(this.netnsRoot, runtimePath, this.#extraDirs);
     const bindMounted = !PROC_NETNS.test(runtimePath);
-    if (bindMounted) this.#checkDirectory(path);
     let handle: NetnsHandle;
     try {
-      handle = this.addon.openNetns(path, { noFollow: bindMounted });
+      handle = bindMounted ? this.#openBindMounted(path) : this.addon.openNetns(path);
     } catch (err) {
       if (hasErrorCode(err, 'ENOENT')) throw new Error(`pod netns ${path} does not exist (the sandbox is gone?)`, { cause: err });
       if (bindMounted && hasErrorCode(err, 'ELOOP')) {
@@ -133,19 +133,24 @@ export class PodNetnsOpener {
   }
 
   /**
-   * Runtimes bind-mount the nsfs file into a real directory under the root: its directory must
-   * not resolve out of it (the file itself is opened without following a link, see open).
+   * Runtimes bind-mount the nsfs file into a real directory under the root. The addon opens the
+   * file in the directory it resolved (no link followed in the last step) and says where that
+   * directory really is: outside the root, the handle is closed and the path refused. One open,
+   * so a directory swapped for a link after a check cannot redirect it.
    */
-  #checkDirectory(path: string): void {
-    if (this.#root === undefined) return;
-    const dir = realDirectory(posix.dirname(path));
-    if (dir !== undefined && dir !== this.#root && !dir.startsWith(`${this.#root}/`)) {
-      throw new NetnsPathError(`refusing netns path ${path}: its directory resolves to ${dir}, outside --netns-root ${this.netnsRoot}`);
+  #openBindMounted(path: string): NetnsHandle {
+    const { handle, directory } = this.addon.openNetnsInDirectory(posix.dirname(path), posix.basename(path));
+    if (this.#root !== undefined && directory !== this.#root && !directory.startsWith(`${this.#root}/`)) {
+      handle.close();
+      throw new NetnsPathError(
+        `refusing netns path ${path}: its directory resolves to ${directory}, outside --netns-root ${this.netnsRoot}`,
+      );
     }
+    return handle;
   }
 }
 
-/** realpath(3) itself: one call per ADD instead of Node's component-by-component lstat walk in JS. */
+/** realpath(3) itself (one call, not Node's component-by-component lstat walk in JS), once at start. */
 function realDirectory(path: string): string | undefined {
   try {
     return realpathSync.native(path);

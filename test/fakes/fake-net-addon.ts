@@ -4,7 +4,7 @@
 import { closeSync, openSync } from 'node:fs';
 import type { RawExecutorStats } from '../../src/addon/binding.js';
 import { systemError } from '../../src/addon/errors.js';
-import type { NetAddon, NetnsHandle, NetnsTarget, OpenNetnsOptions } from '../../src/addon/net-addon.js';
+import type { NetAddon, NetnsHandle, NetnsInDirectory, NetnsTarget } from '../../src/addon/net-addon.js';
 import type { NetnsChanges, NetnsWatch, WatchOptions } from '../../src/addon/netns-watch.js';
 import type { FwmarkRuleEntry, ResultsOf, RouteEntry, RoutingResult, RoutingStep, Step } from '../../src/addon/steps.js';
 
@@ -56,10 +56,12 @@ function newNamespace(ino: number): FakeNamespace {
 export class FakeNetAddon implements NetAddon {
   readonly namespaces = new Map<string, FakeNamespace>();
   readonly notNetns = new Set<string>();
-  /** Paths that are symlinks: an open with noFollow fails with ELOOP, as O_NOFOLLOW does. */
+  /** Paths that are symlinks: openNetnsInDirectory fails with ELOOP there, as O_NOFOLLOW does. */
   readonly symlinks = new Set<string>();
-  /** The options of every openNetns, in order. */
-  readonly opens: Array<{ path: string; noFollow: boolean }> = [];
+  /** Directories that really are elsewhere (a symlinked directory): what openNetnsInDirectory reports. */
+  readonly directoryTargets = new Map<string, string>();
+  /** Every open, in order: `inDirectory` for openNetnsInDirectory (no link followed). */
+  readonly opens: Array<{ path: string; inDirectory: boolean }> = [];
   readonly runs: RecordedRun[] = [];
   /** The namespace used for 'fresh' targets; its listing is what canonicalisation sees. */
   readonly fresh: FakeNamespace = newNamespace(1);
@@ -86,11 +88,21 @@ export class FakeNetAddon implements NetAddon {
     return ns;
   }
 
-  openNetns(path: string, options: OpenNetnsOptions = {}): NetnsHandle {
-    this.opens.push({ path, noFollow: options.noFollow === true });
-    if (options.noFollow && this.symlinks.has(path)) {
-      throw systemError('ELOOP', -40, 'open', `ELOOP: too many symbolic links encountered, open '${path}'`, path);
+  openNetns(path: string): NetnsHandle {
+    this.opens.push({ path, inDirectory: false });
+    return this.#open(path);
+  }
+
+  openNetnsInDirectory(directory: string, name: string): NetnsInDirectory {
+    const path = `${directory}/${name}`;
+    this.opens.push({ path, inDirectory: true });
+    if (this.symlinks.has(path)) {
+      throw systemError('ELOOP', -40, 'openat', `ELOOP: too many symbolic links encountered, openat '${path}'`, path);
     }
+    return { handle: this.#open(path), directory: this.directoryTargets.get(directory) ?? directory };
+  }
+
+  #open(path: string): NetnsHandle {
     if (this.notNetns.has(path)) throw systemError('EINVAL', -22, 'ioctl', `EINVAL: not a network namespace, ioctl '${path}'`, path);
     const ns = this.namespaces.get(path);
     if (!ns) throw systemError('ENOENT', -2, 'open', `ENOENT: no such file or directory, open '${path}'`, path);

@@ -339,7 +339,10 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
       'step.bindPort must be an integer from 0 to 65535',
     );
     expect(() => raw.runInNetns(handle.fd, [{ op: 'exec', argv: ['true'], timeoutMs: 2 ** 31 }])).toThrow(TypeError);
-    expect(() => raw.openNetns(handle.path, 1 as unknown as boolean)).toThrow('openNetns(path, noFollow): noFollow must be a boolean');
+    expect(() => raw.openNetns(1 as unknown as string)).toThrow('openNetns(path): path must be a string');
+    expect(() => raw.openNetnsInDirectory('/var/run/netns', 1 as unknown as string)).toThrow(
+      'openNetnsInDirectory(directory, name): both must be strings',
+    );
   });
 
   it('spawns programs inside the namespace with argv, stdin and a deadline', async () => {

@@ -1,10 +1,10 @@
 // Hostile CNI_NETNS values against the real kernel and filesystem: a symlink where the runtime
 // bind-mounts the namespace, a regular file, a FIFO (must not block), the agent's own (host)
 // namespace, and a path that climbs out of --netns-root. Every file is test-owned and removed.
-import { execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NativeNetAddon } from '../../src/addon/net-addon.js';
 import { PodNetnsOpener } from '../../src/pods/netns-path.js';
@@ -51,14 +51,31 @@ describe.skipIf(skip)(`pod netns paths (real files)${skip ? ` — skipped: ${ski
   it('decides "symlink" in the open itself (O_NOFOLLOW: ELOOP), for a dangling link too', () => {
     const link = runtimeFile('link-raw');
     symlinkSync(pod.path, link);
-    expect(() => addon.openNetns(link, { noFollow: true })).toThrow(
-      expect.objectContaining({ code: 'ELOOP', syscall: 'open', path: link }),
+    expect(() => addon.openNetnsInDirectory('/var/run/netns', basename(link))).toThrow(
+      expect.objectContaining({ code: 'ELOOP', syscall: 'openat', path: link }),
     );
     addon.openNetns(link).close(); // following it reaches the namespace: only the flag refuses it
     const dangling = runtimeFile('dangling');
     symlinkSync(`/var/run/netns/ana-test-${process.pid}-nothing-here`, dangling);
     expect(() => new PodNetnsOpener(addon, '').open(dangling)).toThrow(
       expect.objectContaining({ code: 'EBADNETNS', cause: expect.objectContaining({ code: 'ELOOP' }) }),
+    );
+  });
+
+  it('opens in a directory only one path component, and reports where the directory really is', () => {
+    for (const name of ['', '.', '..', 'a/b', 'a\0b']) {
+      expect(() => addon.openNetnsInDirectory('/var/run/netns', name)).toThrow(
+        expect.objectContaining({ code: 'EINVAL', syscall: 'openat', message: expect.stringContaining('one path component') }),
+      );
+    }
+    const linked = join(root, 'linked-netns');
+    symlinkSync('/var/run/netns', linked);
+    const { handle, directory } = addon.openNetnsInDirectory(linked, basename(pod.path));
+    expect(directory).toBe(realpathSync('/var/run/netns'));
+    expect(handle.ino).toBe(statSync(pod.path).ino);
+    handle.close();
+    expect(() => addon.openNetnsInDirectory(join(root, 'no-such-dir'), 'x')).toThrow(
+      expect.objectContaining({ code: 'ENOENT', syscall: 'open' }),
     );
   });
 
@@ -105,6 +122,47 @@ describe.skipIf(skip)(`pod netns paths (real files)${skip ? ` — skipped: ${ski
     );
   });
 
+  it('never opens a namespace out of --netns-root while its directory link is flipped to another one', async () => {
+    // A child flips <root>/var/run/netns, a symlink, between a directory inside the root (the
+    // pod's namespace) and one outside it holding another namespace under the same name, each
+    // flip one atomic rename. Checking the directory and then opening the path lets the outside
+    // one through now and then; the open in the directory it resolved never does.
+    const outsider = createNetns('outsider');
+    const base = mkdtempSync(join(tmpdir(), 'ana-netns-race-'));
+    const raceRoot = join(base, 'root');
+    const run = join(raceRoot, 'var', 'run');
+    const dirs = { inside: join(run, 'netns.inside'), outside: join(base, 'outside') };
+    const mounts = [join(dirs.inside, 'cni-race'), join(dirs.outside, 'cni-race')];
+    const seen = { opened: 0, refused: 0, escaped: 0 };
+    let flipper: ReturnType<typeof spawn> | undefined;
+    try {
+      for (const [i, ns] of [pod.path, outsider.path].entries()) {
+        mkdirSync(dirname(mounts[i]!), { recursive: true });
+        writeFileSync(mounts[i]!, '');
+        execFileSync('mount', ['--bind', ns, mounts[i]!]);
+      }
+      symlinkSync(dirs.inside, join(run, 'netns'));
+      flipper = spawn(process.execPath, ['-e', FLIP_LOOP, run, dirs.inside, dirs.outside], { stdio: 'ignore' });
+      const opener = new PodNetnsOpener(addon, raceRoot, { own: undefined });
+      const podIno = statSync(pod.path).ino;
+      const deadline = Date.now() + 5000;
+      while (Date.now() < deadline && (seen.opened < 200 || seen.refused < 200)) {
+        for (let i = 0; i < 100; i++) tryOpen(opener, podIno, seen);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    } finally {
+      if (flipper?.exitCode === null) {
+        flipper.kill('SIGKILL');
+        await new Promise((resolve) => flipper!.once('exit', resolve));
+      }
+      for (const file of mounts) spawnSync('umount', [file], { stdio: 'ignore' }); // those not mounted just fail
+      rmSync(base, { recursive: true, force: true });
+    }
+    expect(seen.escaped).toBe(0);
+    expect(seen.opened).toBeGreaterThanOrEqual(200); // both link targets were really hit
+    expect(seen.refused).toBeGreaterThanOrEqual(200);
+  });
+
   it("refuses the host's namespace (<proc-dir>/1/ns/net) even when the agent runs elsewhere", () => {
     const proc = join(root, 'proc');
     mkdirSync(join(proc, '1', 'ns'), { recursive: true });
@@ -132,3 +190,21 @@ describe.skipIf(skip)(`pod netns paths (real files)${skip ? ` — skipped: ${ski
     }
   });
 });
+
+/** The child's loop: <run>/netns, a symlink, renamed over with one to the other directory. */
+const FLIP_LOOP = `
+const { renameSync, symlinkSync } = require('node:fs');
+const [run, inside, outside] = process.argv.slice(1);
+for (;;) for (const dir of [outside, inside]) { symlinkSync(dir, run + '/netns.next'); renameSync(run + '/netns.next', run + '/netns'); }
+`;
+
+function tryOpen(opener: PodNetnsOpener, podIno: number, seen: Record<'opened' | 'refused' | 'escaped', number>): void {
+  try {
+    const handle = opener.open('/var/run/netns/cni-race');
+    seen[handle.ino === podIno ? 'opened' : 'escaped']++;
+    handle.close();
+  } catch (err) {
+    if (err instanceof Error && /outside --netns-root/.test(err.message)) seen.refused++;
+    else throw err;
+  }
+}

@@ -79,7 +79,7 @@ describe('PodNetnsOpener', () => {
     expect(addon.openFds).toBe(0);
   });
 
-  it('opens a runtime file without following a link (refused as a symlink), a /proc link by following it', () => {
+  it('opens a runtime file in its directory without following a link (refused as a symlink), a /proc link by following it', () => {
     const addon = new FakeNetAddon();
     addon.addNetns('/host/var/run/netns/link');
     addon.symlinks.add('/host/var/run/netns/link');
@@ -90,14 +90,43 @@ describe('PodNetnsOpener', () => {
       expect.objectContaining({
         code: 'EBADNETNS',
         message: 'refusing netns path /host/var/run/netns/link: a symlink (runtimes bind-mount the namespace there)',
-        cause: expect.objectContaining({ code: 'ELOOP', syscall: 'open' }),
+        cause: expect.objectContaining({ code: 'ELOOP', syscall: 'openat' }),
       }),
     );
     opener.open('/proc/42/ns/net').close();
     expect(addon.opens).toEqual([
-      { path: '/host/var/run/netns/link', noFollow: true },
-      { path: '/host/proc/42/ns/net', noFollow: false },
+      { path: '/host/var/run/netns/link', inDirectory: true },
+      { path: '/host/proc/42/ns/net', inDirectory: false },
     ]);
+    expect(addon.openFds).toBe(0);
+  });
+
+  it('refuses a namespace whose directory the open found outside --netns-root, and closes it', () => {
+    const addon = new FakeNetAddon();
+    addon.addNetns('/host/var/run/netns/cni-1');
+    addon.directoryTargets.set('/host/var/run/netns', '/var/run/netns'); // a link swapped in for the directory
+    const opener = new PodNetnsOpener(addon, '/host', { own: undefined });
+    expect(() => opener.open('/var/run/netns/cni-1')).toThrow(
+      expect.objectContaining({
+        code: 'EBADNETNS',
+        message: 'refusing netns path /host/var/run/netns/cni-1: its directory resolves to /var/run/netns, outside --netns-root /host',
+      }),
+    );
+    expect(addon.openFds).toBe(0);
+    addon.directoryTargets.set('/host/var/run/netns', '/host/run/netns'); // still inside: accepted
+    opener.open('/var/run/netns/cni-1').close();
+    addon.directoryTargets.set('/host/var/run/netns', '/hostile/netns'); // a prefix of the root's name is not inside it
+    expect(() => opener.open('/var/run/netns/cni-1')).toThrow(/outside --netns-root/);
+  });
+
+  it('compares against the root as written when it does not resolve at start (never skips the check)', () => {
+    const addon = new FakeNetAddon();
+    const root = `/nonexistent-root-${process.pid}/`;
+    addon.addNetns(`${root}var/run/netns/cni-1`);
+    addon.directoryTargets.set(`${root}var/run/netns`, '/var/run/netns');
+    expect(() => new PodNetnsOpener(addon, root, { own: undefined }).open('/var/run/netns/cni-1')).toThrow(/outside --netns-root/);
+    addon.directoryTargets.clear();
+    new PodNetnsOpener(addon, root, { own: undefined }).open('/var/run/netns/cni-1').close();
     expect(addon.openFds).toBe(0);
   });
 
