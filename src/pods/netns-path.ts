@@ -135,7 +135,7 @@ export class PodNetnsOpener {
   /**
    * Runtimes bind-mount the nsfs file into a real directory under the root. The addon opens the
    * file in the directory it resolved (no link followed in the last step) and says where that
-   * directory really is: outside the root, the handle is closed and the path refused. One open,
+   * directory really is: outside the root, the handle is closed and the path refused. One call,
    * so a directory swapped for a link after a check cannot redirect it.
    */
   #openBindMounted(path: string): NetnsHandle {
