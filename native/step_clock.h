@@ -32,8 +32,8 @@ class StepClock {
   static std::vector<StepTimeTotal> Totals();
 
  private:
+  uint64_t wall_start_;  // declared first: initialised first (see the constructor)
   uint64_t cpu_start_;
-  uint64_t wall_start_;
 };
 
 }  // namespace ana

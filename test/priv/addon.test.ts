@@ -230,7 +230,10 @@ describe.skipIf(skip)(`native addon (real kernel)${skip ? ` — skipped: ${skip}
     const gen = delta('nftGeneration');
     expect(gen.count).toBe(50);
     expect(gen.cpu).toBeGreaterThan(0);
-    expect(gen.cpu).toBeLessThanOrEqual(gen.wall);
+    // Nothing in a generation read waits, so its CPU time is its wall time; the thread's CPU clock
+    // (the scheduler's) and CLOCK_MONOTONIC (timekeeping's) are kept apart and disagree by a
+    // fraction of a percent on a VM (CI measured 0.614 ms CPU in 0.612 ms wall once).
+    expect(gen.cpu).toBeLessThanOrEqual(gen.wall * 1.02);
     expect(delta('setLinkUp').count).toBe(1);
   });
 
