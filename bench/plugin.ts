@@ -19,7 +19,7 @@ import { NativeNetAddon, type NetnsHandle } from '../src/addon/net-addon.js';
 import { PLUGIN_EVENT_SOCKET, ROUTE_ADD } from '../src/cni/protocol.js';
 import { pluginEntry } from '../src/cni-install/plugin-config.js';
 import { projectRoot } from '../src/project-root.js';
-import { elapsedMs, formatTable, summarize, summaryRow, type Summary } from './support.js';
+import { elapsedMs, formatTable, summarize, summaryRow, useAddonSpawner, type Summary } from './support.js';
 
 const TARGET_RATIO = 1.5;
 const WARMUP = 10;
@@ -145,7 +145,7 @@ async function main(): Promise<void> {
     };
 
     const addon = new NativeNetAddon();
-    const self = addon.openNetns('/proc/self/ns/net');
+    const self = useAddonSpawner(addon); // the bench's own netns, as every bench spawns
     const launchers: Record<'runtime' | 'node', Launch> = { runtime: runtimeSpawn(addon, self), node: nodeSpawn };
     const programs: Program[] = [
       { label: "istio-cni ADD, exec'd as a runtime does (posix_spawn)", file: PLUGIN_BINARY, launch: 'runtime', samples: [] },
