@@ -20,6 +20,7 @@
         "native/spawn.cc",
         "native/steps.cc",
         "native/step_clock.cc",
+        "native/heap.cc",
         "native/seqpacket.cc",
         "native/fd_poller.cc",
         "native/netlink_watch.cc"

@@ -82,6 +82,22 @@ function readAgentNodeArgs(): string[] {
   return (process.env['BENCH_AGENT_NODE_ARGS'] ?? '').split(/\s+/).filter((a) => a !== '');
 }
 
+/**
+ * The RSS targets are read right after a burst, as always; this much later is an information
+ * row: the agent hands its free heap back 1 s after its last pod event (idle-heap-release.ts).
+ */
+const SETTLED_MS = 2_000;
+
+async function footprintAfter(pid: number, ms: number): Promise<Footprint> {
+  await new Promise((resolve) => setTimeout(resolve, ms));
+  return footprint(pid);
+}
+
+/** Extra `run` flags for the agent (A/B runs of a setting, e.g. `--tier-up-calls 0`). */
+function readAgentArgs(): string[] {
+  return (process.env['BENCH_AGENT_ARGS'] ?? '').split(/\s+/).filter((a) => a !== '');
+}
+
 const f = (x: number | undefined, d = 3): string => (x === undefined || !Number.isFinite(x) ? 'n/a' : x.toFixed(d));
 
 interface BurstResult {
@@ -111,11 +127,18 @@ interface Results {
   restart?: { readyMs: number; connectedMs: number; snapshotMs: number; totalMs: number; startAgentMs: number; pods: number };
   idle?: Footprint;
   with110?: Footprint;
+  /** SETTLED_MS after the burst: the agent's idle heap release (src/runtime/idle-heap-release.ts) has run. */
+  with110Settled?: Footprint;
   afterRestart?: Footprint;
   ztunnelRestart?: ZtunnelRestartResult[];
   pluginBytes?: number;
   /** The 330-pod node: burst of our entry alone, footprint, restart. */
-  big?: { burst?: BurstResult; footprint?: Footprint; restart?: { totalMs: number; readyMs: number; snapshotMs: number; pods: number } };
+  big?: {
+    burst?: BurstResult;
+    footprint?: Footprint;
+    footprintSettled?: Footprint;
+    restart?: { totalMs: number; readyMs: number; snapshotMs: number; pods: number };
+  };
   baseline: { iptExec: number[]; nftExec: number[]; inProcess: number[]; istioIpt: number[]; istioNft: number[] };
   /** The native peer's own add -> ack time, per onboarding pod. */
   peerAck: number[];
@@ -417,7 +440,7 @@ function report(r: Results): { markdown: string; last: string[] } {
       Object.entries(r.agentRuntime?.env ?? {})
         .map(([k, v]) => `${k}=${v}`)
         .join(' ') || 'no Node variables'
-    } (the image's final stage)`,
+    } (the image's final stage)${[...readAgentNodeArgs(), ...readAgentArgs()].length > 0 ? `; extra arguments: ${[...readAgentNodeArgs(), ...readAgentArgs()].join(' ')}` : ''}`,
     ``,
     `## Per-pod onboarding (${r.pods} pods, one after another, rounds of <= ${ROUND_MAX})`,
     ``,
@@ -469,10 +492,12 @@ function report(r: Results): { markdown: string; last: string[] } {
     `| restart: \`startAgent()\` returned (its own 100 ms /readyz poll) | ${f(r.restart?.startAgentMs, 1)} ms |`,
     ...ztunnelRestartRows(r.ztunnelRestart, f),
     `| agent RSS / fds idle (no pods) | ${f(r.idle?.rssMb, 1)} MB / ${r.idle?.fds ?? 'n/a'} |`,
-    `| agent RSS / fds with ${BURST} pods | ${f(r.with110?.rssMb, 1)} MB / ${r.with110?.fds ?? 'n/a'} |`,
+    `| agent RSS / fds with ${BURST} pods (right after the burst) | ${f(r.with110?.rssMb, 1)} MB / ${r.with110?.fds ?? 'n/a'} |`,
+    `| agent RSS with ${BURST} pods, ${SETTLED_MS / 1000} s later (information) | ${f(r.with110Settled?.rssMb, 1)} MB |`,
     `| agent RSS / fds after restart with ${BURST} pods | ${f(r.afterRestart?.rssMb, 1)} MB / ${r.afterRestart?.fds ?? 'n/a'} |`,
     ...burstRows(`node of ${BIG_NODE} pods: burst (istio-cni entry alone)`, r.big?.burst, BIG_NODE),
-    `| node of ${BIG_NODE} pods: agent RSS / fds | ${f(r.big?.footprint?.rssMb, 1)} MB / ${r.big?.footprint?.fds ?? 'n/a'} |`,
+    `| node of ${BIG_NODE} pods: agent RSS / fds (right after the burst) | ${f(r.big?.footprint?.rssMb, 1)} MB / ${r.big?.footprint?.fds ?? 'n/a'} |`,
+    `| node of ${BIG_NODE} pods: agent RSS, ${SETTLED_MS / 1000} s later (information) | ${f(r.big?.footprintSettled?.rssMb, 1)} MB |`,
     `| node of ${BIG_NODE} pods: restart (SIGKILL) -> full snapshot and /readyz | ${f(r.big?.restart?.totalMs, 1)} ms |`,
     `| plugin binary (build/Release/istio-cni) | ${r.pluginBytes !== undefined ? `${(r.pluginBytes / 2 ** 20).toFixed(2)} MiB` : 'n/a'} |`,
     ``,
@@ -581,6 +606,7 @@ async function main(): Promise<void> {
   const env = new DemoEnvironment({
     subnet: 177,
     agentNodeArgs: readAgentNodeArgs(),
+    agentArgs: readAgentArgs(),
     agentRuntime: r.agentRuntime,
     ztunnel: 'external',
     runDirOnTmpfs: true,
@@ -676,7 +702,10 @@ async function main(): Promise<void> {
     );
     if (await phase('burst', async () => void (r.burst = await burst(zdsPeer, bp, metricsPort, 'chain')))) {
       if (!wanted('restart')) r.notes.push('restart skipped (BENCH_PHASES)');
-      if (pid !== undefined) r.with110 = footprint(pid);
+      if (pid !== undefined) {
+        r.with110 = footprint(pid);
+        r.with110Settled = await footprintAfter(pid, SETTLED_MS);
+      }
       await phase('restart', () => restart(r, env, zdsPeer));
       const newPid = env.agentPid;
       if (newPid !== undefined) r.afterRestart = footprint(newPid);
@@ -692,7 +721,10 @@ async function main(): Promise<void> {
           big.burst = await burst(zdsPeer, bp, undefined, 'istio-cni', BIG_NODE);
           if (big.burst.standInPods < BIG_NODE) throw new Error(`only ${big.burst.standInPods}/${BIG_NODE} pods reached the ZDS peer`);
           const bigPid = env.agentPid;
-          if (bigPid !== undefined) big.footprint = footprint(bigPid);
+          if (bigPid !== undefined) {
+            big.footprint = footprint(bigPid);
+            big.footprintSettled = await footprintAfter(bigPid, SETTLED_MS);
+          }
           const saved = r.restart;
           await restart(r, env, zdsPeer);
           big.restart = r.restart;

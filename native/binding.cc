@@ -11,6 +11,7 @@
 extern char** environ;
 
 #include "fd_poller.h"
+#include "heap.h"
 #include "netlink_watch.h"
 #include "netns.h"
 #include "netns_executor.h"
@@ -661,6 +662,39 @@ Napi::Value ExecutorStatsJs(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// ---- the C library's heap ----
+
+// malloc_trim on a libuv pool thread: it walks every arena under its lock, which the JS
+// thread must not wait for.
+class ReleaseFreeHeapWorker : public Napi::AsyncWorker {
+ public:
+  explicit ReleaseFreeHeapWorker(Napi::Env env)
+      : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)) {}
+  Napi::Promise Promise() { return deferred_.Promise(); }
+  void Execute() override { result_ = ReleaseFreeHeap(); }
+  void OnOK() override {
+    Napi::Env env = Env();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("released", result_.released);
+    o.Set("freeBytes", static_cast<double>(result_.free_bytes));
+    o.Set("arenaBytes", static_cast<double>(result_.arena_bytes));
+    o.Set("seconds", static_cast<double>(result_.duration_ns) / 1e9);
+    deferred_.Resolve(o);
+  }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  HeapRelease result_;
+};
+
+Napi::Value ReleaseFreeHeapJs(const Napi::CallbackInfo& info) {
+  auto* worker = new ReleaseFreeHeapWorker(info.Env());  // deleted by node-addon-api once settled
+  Napi::Promise promise = worker->Promise();
+  worker->Queue();
+  return promise;
+}
+
 // ---- SOCK_SEQPACKET (ZDS) ----
 
 Napi::Value SeqpacketListenJs(const Napi::CallbackInfo& info) {
@@ -795,6 +829,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("visitNetns", Napi::Function::New(env, VisitNetnsJs, "visitNetns"));
   exports.Set("warmUp", Napi::Function::New(env, WarmUpJs, "warmUp"));
   exports.Set("executorStats", Napi::Function::New(env, ExecutorStatsJs, "executorStats"));
+  exports.Set("releaseFreeHeap", Napi::Function::New(env, ReleaseFreeHeapJs, "releaseFreeHeap"));
   exports.Set("seqpacketListen", Napi::Function::New(env, SeqpacketListenJs, "seqpacketListen"));
   exports.Set("seqpacketAccept", Napi::Function::New(env, SeqpacketAcceptJs, "seqpacketAccept"));
   exports.Set("seqpacketConnect", Napi::Function::New(env, SeqpacketConnectJs, "seqpacketConnect"));

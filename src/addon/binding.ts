@@ -37,6 +37,17 @@ export interface RawExecutorStats {
   steps: Record<string, StepTimeTotal>;
 }
 
+/** One malloc_trim(0) of every glibc arena (native/heap.h), with what the arenas held before it. */
+export interface RawHeapRelease {
+  /** At least one page went back to the kernel. */
+  released: boolean;
+  /** Free bytes inside the arenas before (mallinfo2 fordblks). */
+  freeBytes: number;
+  /** Bytes the arenas had from the kernel before (mallinfo2 arena). */
+  arenaBytes: number;
+  seconds: number;
+}
+
 export interface RawDatagram {
   data: Buffer;
   /** fds received in SCM_RIGHTS (close-on-exec); the caller owns and must close them. */
@@ -75,6 +86,8 @@ export interface RawAddon {
   visitNetns(fd: number | null, segments: readonly (readonly Step[])[]): Promise<unknown[]>[];
   warmUp(): void;
   executorStats(): RawExecutorStats;
+  /** malloc_trim(0) on a libuv pool thread. */
+  releaseFreeHeap(): Promise<RawHeapRelease>;
   seqpacketListen(path: string, options?: { mode?: number; dirMode?: number; backlog?: number }): number;
   /** null when no connection is waiting. */
   seqpacketAccept(fd: number): number | null;

@@ -2,7 +2,7 @@
 // NetAddon interface, which the real addon and the test fake both implement.
 import { closeSync, fstatSync } from 'node:fs';
 import { withDeadline } from '../util/deadline.js';
-import { loadRawAddon, type RawAddon, type RawExecutorStats } from './binding.js';
+import { loadRawAddon, type RawAddon, type RawExecutorStats, type RawHeapRelease } from './binding.js';
 import { NativeNetnsWatch, NFT_POLL_MS, type NetnsWatch, type WatchOptions } from './netns-watch.js';
 import { NftGenerationPoller } from './nft-generation-poller.js';
 import { assertValidSteps, type ResultsOf, type SocketStep, type Step } from './steps.js';
@@ -64,6 +64,11 @@ export interface NetAddon {
   /** Pays libnftables' one-time initialisation so the first pod does not. */
   warmUp(): void;
   stats(): RawExecutorStats;
+  /**
+   * Gives the free pages of the C library's heap back to the kernel (malloc_trim), off the JS
+   * thread: memory freed by V8's compiler threads and by a burst of pods otherwise stays in RSS.
+   */
+  releaseFreeHeap(): Promise<RawHeapRelease>;
   /** Opens netlink watches inside `ns` (one fd per kind) and reports its changes on the event loop. */
   watchNetns(ns: NetnsHandle, opts: WatchOptions): Promise<NetnsWatch>;
 }
@@ -265,6 +270,10 @@ export class NativeNetAddon implements NetAddon {
 
   stats(): RawExecutorStats {
     return this.raw.executorStats();
+  }
+
+  releaseFreeHeap(): Promise<RawHeapRelease> {
+    return this.raw.releaseFreeHeap();
   }
 }
 

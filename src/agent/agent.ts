@@ -20,6 +20,7 @@ import { StampedRules } from '../reconcile/stamped-rules.js';
 import { ROUTE_TABLE_INBOUND } from '../rules/constants.js';
 import { PodRegistry } from '../zds/registry.js';
 import { ZdsServer } from '../zds/server.js';
+import { IdleHeapRelease } from '../runtime/idle-heap-release.js';
 import type { AgentConfig } from './config.js';
 import { DebugServer, debugSocketPath } from './debug-server.js';
 import { HealthServer } from './health-server.js';
@@ -68,6 +69,9 @@ export class Agent {
   readonly #metricsServer: MetricsServer;
   readonly #installer: Installer | undefined;
   readonly #stop = new AbortController();
+  readonly #heap: IdleHeapRelease;
+  /** Settles when the start's own work (the CNI install, the restore of enrolled pods) is done. */
+  #startWork: Promise<unknown> | undefined;
 
   constructor(
     readonly config: AgentConfig,
@@ -133,6 +137,9 @@ export class Agent {
       this.#log,
       deps.addAnswerMs !== undefined ? { addAnswerMs: deps.addAnswerMs } : {},
     );
+    // A burst of pods leaves its freed memory in the C library's arenas: handed back once idle.
+    this.#heap = new IdleHeapRelease(() => this.addon.releaseFreeHeap(), this.#log);
+    this.#plugin.onIdle = () => this.#heap.idle();
     this.#plugin.onRequest = (route, status, seconds) => {
       metrics.pluginRequests.inc({ response_code: String(status) });
       if (route === '/cmdadd') metrics.podOnboarding.observe({ result: status === 200 ? 'ok' : 'error' }, seconds);
@@ -221,7 +228,12 @@ export class Agent {
    * config keeps no pod unwatched.
    */
   #releaseAfter(installed: Promise<void>, release: () => void): void {
-    void Promise.allSettled([installed, this.mode.restored?.()]).then(release);
+    this.#startWork = Promise.allSettled([installed, this.mode.restored?.()]).then(release);
+  }
+
+  /** Resolves once the start's own work is done: the CNI install and the restore of enrolled pods (never rejects). */
+  async startWorkDone(): Promise<void> {
+    await this.#startWork;
   }
 
   /** An ADD onboards its pod with the watches held (Reconciler.holdWatches): its own opens after it. */
@@ -252,6 +264,7 @@ export class Agent {
    */
   async stop(): Promise<void> {
     this.#stop.abort();
+    this.#heap.close();
     this.reconciler.stop();
     const cleanUp = await this.mode.shouldCleanUp().catch(() => false);
     await this.#plugin.close();

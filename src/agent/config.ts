@@ -15,6 +15,7 @@ import { ADD_ANSWER_MS } from '../cni/protocol.js';
  */
 export const MAX_ZTUNNEL_WAIT_MS = ADD_ANSWER_MS - 500;
 import { netnsDirProblem } from '../pods/netns-path.js';
+import { DEFAULT_TIER_UP_CALLS, MAX_TIER_UP_CALLS, V8_DEFAULT_MAGLEV_CALLS } from '../runtime/tier-up.js';
 
 export type KubeMode = 'auto' | 'none';
 
@@ -74,6 +75,8 @@ export interface AgentConfig {
   enableAmbientDetectionRetry: boolean;
   /** AMBIENT_ZTUNNEL_WAIT_TIMEOUT: how long an ADD waits for a (re)connecting ztunnel to ack its pod. */
   ztunnelWaitMs: number;
+  /** After start, V8 optimises a function after this many calls (src/runtime/tier-up.ts); 0 (the default): V8's own. */
+  tierUpCalls: number;
 }
 
 interface Option {
@@ -277,6 +280,13 @@ export const OPTIONS: readonly Option[] = [
     help: `how often each watched netns is asked for its nftables generation (Go duration, 0 or at least ${MIN_NFT_POLL_MS}ms; 0 = the sweep only)`,
     kind: 'string',
   },
+  {
+    flag: 'tier-up-calls',
+    env: 'CNI_AGENT_TIER_UP_CALLS',
+    fallback: String(DEFAULT_TIER_UP_CALLS),
+    help: `once started, V8 optimises a function after this many calls, so the per-pod path after that many pods (V8's own threshold: ${V8_DEFAULT_MAGLEV_CALLS}; 20 measured ~10% off a sequential ADD, but a first burst after a start then compiles inside the burst); 0 keeps V8's`,
+    kind: 'string',
+  },
 ];
 
 /**
@@ -362,6 +372,14 @@ function ztunnelWait(raw: Raw, problems: string[]): number {
     return 0;
   }
   return Math.round(ms);
+}
+
+function tierUpCalls(raw: Raw, problems: string[]): number {
+  const text = raw['tier-up-calls'] ?? '';
+  const n = /^\d+$/.test(text) ? Number(text) : NaN;
+  if (!(n <= MAX_TIER_UP_CALLS))
+    problems.push(`--tier-up-calls: expected a number of calls from 0 to ${MAX_TIER_UP_CALLS}, got ${JSON.stringify(text)}`);
+  return n <= MAX_TIER_UP_CALLS ? n : 0;
 }
 
 function duration(raw: Raw, flag: string, problems: string[]): number {
@@ -452,6 +470,7 @@ export function loadAgentConfig(args: string[], env: NodeJS.ProcessEnv = process
     istioOwnedCniConfigFilename: get('istio-owned-cni-config-filename') || undefined,
     enableAmbientDetectionRetry: bool(raw, 'enable-ambient-detection-retry', problems),
     ztunnelWaitMs: ztunnelWait(raw, problems),
+    tierUpCalls: tierUpCalls(raw, problems),
   };
   if (!bool(raw, 'ambient-enabled', problems))
     problems.push('--ambient-enabled: only ambient mode is implemented (sidecar-mode CNI is not); it must be true');

@@ -241,6 +241,8 @@ export class PluginEventServer {
   #inFlight = 0;
   #drained: Array<() => void> = [];
   onRequest: RequestObserver = () => {};
+  /** Called when the last event in flight has been answered (the agent releases free memory then). */
+  onIdle: () => void = () => {};
 
   readonly #addAnswerMs: number;
 
@@ -293,7 +295,10 @@ export class PluginEventServer {
       if (!res.headersSent) res.writeHead(500, { Connection: 'close' });
       res.end();
     } finally {
-      if (--this.#inFlight === 0) for (const r of this.#drained.splice(0)) r();
+      if (--this.#inFlight === 0) {
+        for (const r of this.#drained.splice(0)) r();
+        this.onIdle();
+      }
     }
   }
 

@@ -2,7 +2,7 @@
 // namespace (nft scripts applied, ip rules, routes) so policy code can be tested without root,
 // records every call, and lets a test inject failures.
 import { closeSync, openSync } from 'node:fs';
-import type { RawExecutorStats } from '../../src/addon/binding.js';
+import type { RawExecutorStats, RawHeapRelease } from '../../src/addon/binding.js';
 import { systemError } from '../../src/addon/errors.js';
 import type { NetAddon, NetnsHandle, NetnsInDirectory, NetnsTarget } from '../../src/addon/net-addon.js';
 import type { NetnsChanges, NetnsWatch, WatchOptions } from '../../src/addon/netns-watch.js';
@@ -143,6 +143,16 @@ export class FakeNetAddon implements NetAddon {
   }
 
   warmUp(): void {}
+
+  /** Every releaseFreeHeap() call; `heapReleaseError` makes the next ones fail. */
+  heapReleases = 0;
+  heapReleaseError: Error | undefined;
+
+  async releaseFreeHeap(): Promise<RawHeapRelease> {
+    this.heapReleases++;
+    if (this.heapReleaseError) throw this.heapReleaseError;
+    return { released: true, freeBytes: 1 << 20, arenaBytes: 4 << 20, seconds: 0 };
+  }
 
   /** Open watches by netns path; a test fires them with notify(). */
   readonly watches = new Map<string, Array<{ watch: NetnsWatch; opts: WatchOptions }>>();

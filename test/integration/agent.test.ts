@@ -103,6 +103,19 @@ describe('standalone agent', () => {
     expect(addon.openFds).toBe(1);
   });
 
+  it('once its pod events are all answered, hands the free heap back (at once, and once more when things settle)', async () => {
+    await ztunnel();
+    expect(addon.heapReleases).toBe(0); // nothing yet: starting is not a pod event
+    await Promise.all(['web', 'db'].map((name) => postUnix(sock(), '/cmdadd', addEvent(name))));
+    // The two ADDs overlap: one release when the last is answered (the 1 s interval holds the second idle moment back)
+    const until = Date.now() + 2_000;
+    while (addon.heapReleases < 1 && Date.now() < until) await new Promise((r) => setTimeout(r, 5));
+    expect(addon.heapReleases).toBe(1);
+    // ... and the settling one, a second after the last idle moment
+    while (addon.heapReleases < 2 && Date.now() < until + 1_000) await new Promise((r) => setTimeout(r, 20));
+    expect(addon.heapReleases).toBe(2);
+  });
+
   it('with no ztunnel, an ADD waits for one to connect and is answered by its snapshot ack (one add, no second one)', async () => {
     const adding = postUnix(sock(), '/cmdadd', addEvent('db'));
     await new Promise((r) => setTimeout(r, 300));

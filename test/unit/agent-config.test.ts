@@ -54,6 +54,16 @@ describe('agent configuration', () => {
     expect(flagged).toMatchObject({ dnsCapture: true, backend: 'nftables', metricsPort: 15020 });
   });
 
+  it("--tier-up-calls (CNI_AGENT_TIER_UP_CALLS): 0 (V8's own thresholds) by default, anything but a count is a usage error", () => {
+    expect(loadAgentConfig([], {}).tierUpCalls).toBe(0);
+    expect(loadAgentConfig([], { CNI_AGENT_TIER_UP_CALLS: '20' }).tierUpCalls).toBe(20);
+    expect(loadAgentConfig(['--tier-up-calls', '50'], { CNI_AGENT_TIER_UP_CALLS: '0' }).tierUpCalls).toBe(50);
+    for (const bad of ['-1', '1e3', 'fast', '', '2000000'])
+      expect(() => loadAgentConfig([], { CNI_AGENT_TIER_UP_CALLS: bad })).toThrow(
+        `--tier-up-calls: expected a number of calls from 0 to 1000000, got ${JSON.stringify(bad)}`,
+      );
+  });
+
   it('AMBIENT_RECONCILE_ENROLLMENT_INTERVAL takes Go durations (0 turns the sweep off); anything else is a usage error', () => {
     expect(loadAgentConfig([], { AMBIENT_RECONCILE_ENROLLMENT_INTERVAL: '1m30s' }).reconcileEnrollmentIntervalMs).toBe(90_000);
     expect(loadAgentConfig(['--reconcile-enrollment-interval', '0'], {}).reconcileEnrollmentIntervalMs).toBe(0);
