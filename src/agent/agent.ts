@@ -20,7 +20,7 @@ import { StampedRules } from '../reconcile/stamped-rules.js';
 import { ROUTE_TABLE_INBOUND } from '../rules/constants.js';
 import { PodRegistry } from '../zds/registry.js';
 import { ZdsServer } from '../zds/server.js';
-import { IdleHeapRelease } from '../runtime/idle-heap-release.js';
+import { IdleHeapRelease, type IdleHeapReleaseOptions } from '../runtime/idle-heap-release.js';
 import type { AgentConfig } from './config.js';
 import { DebugServer, debugSocketPath } from './debug-server.js';
 import { HealthServer } from './health-server.js';
@@ -47,6 +47,8 @@ export interface AgentDeps {
   zdsListener?: SeqpacketListener;
   /** Tests shorten the ADD answer deadline (default ADD_ANSWER_MS). */
   addAnswerMs?: number;
+  /** Tests shorten the quiet spell before a heap release (src/runtime/idle-heap-release.ts). */
+  heapRelease?: IdleHeapReleaseOptions;
 }
 
 export class Agent {
@@ -137,8 +139,8 @@ export class Agent {
       this.#log,
       deps.addAnswerMs !== undefined ? { addAnswerMs: deps.addAnswerMs } : {},
     );
-    // A burst of pods leaves its freed memory in the C library's arenas: handed back once idle.
-    this.#heap = new IdleHeapRelease(() => this.addon.releaseFreeHeap(), this.#log);
+    // A burst of pods leaves its freed memory in the C library's arenas: handed back once quiet.
+    this.#heap = new IdleHeapRelease(() => this.addon.releaseFreeHeap(), this.#log, deps.heapRelease);
     this.#plugin.onIdle = () => this.#heap.idle();
     this.#plugin.onRequest = (route, status, seconds) => {
       metrics.pluginRequests.inc({ response_code: String(status) });

@@ -1,22 +1,28 @@
-// When the agent gives glibc's free heap back (src/runtime/idle-heap-release.ts): at the first
-// idle moment, then at most once per interval, and once more after the last idle moment.
+// When the agent gives glibc's free heap back (src/runtime/idle-heap-release.ts): only after a
+// quiet spell with no pod event, and only when RSS has grown enough since the last release.
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { RawHeapRelease } from '../../src/addon/binding.js';
 import { IdleHeapRelease } from '../../src/runtime/idle-heap-release.js';
 
-const RELEASED: RawHeapRelease = { released: true, freeBytes: 12 << 20, arenaBytes: 20 << 20, seconds: 0.0004 };
+const MB = 2 ** 20;
+const RELEASED: RawHeapRelease = { released: true, freeBytes: 12 * MB, arenaBytes: 20 * MB, seconds: 0.0004 };
 
 describe('IdleHeapRelease', () => {
   let calls: number;
+  let rss: number;
   let result: () => Promise<RawHeapRelease>;
-  let logs: Array<{ level: number; msg: string; err?: string; freeBytes?: number }>;
+  let logs: Array<{ level: number; msg: string; err?: string; rssBefore?: number; rssAfter?: number }>;
   let heap: IdleHeapRelease;
 
   beforeEach(() => {
     vi.useFakeTimers();
     calls = 0;
-    result = async () => RELEASED;
+    rss = 80 * MB; // at the start
+    result = async () => {
+      rss = 82 * MB; // what the release gave back
+      return RELEASED;
+    };
     logs = [];
     const log = pino({ level: 'debug', base: undefined }, { write: (l: string) => void logs.push(JSON.parse(l) as (typeof logs)[number]) });
     heap = new IdleHeapRelease(
@@ -25,7 +31,7 @@ describe('IdleHeapRelease', () => {
         return result();
       },
       log,
-      { minIntervalMs: 1_000, settleMs: 500 },
+      { quietMs: 1_000, growthBytes: 8 * MB, rss: () => rss },
     );
   });
 
@@ -34,64 +40,84 @@ describe('IdleHeapRelease', () => {
     vi.useRealTimers();
   });
 
-  it('releases at the first idle moment, and logs what the arenas held', async () => {
+  it('releases after a quiet spell once RSS has grown, and logs what it gave back', async () => {
+    rss = 100 * MB; // a burst
     heap.idle();
+    await vi.advanceTimersByTimeAsync(999);
+    expect(calls).toBe(0); // never while pods may still be coming
+    await vi.advanceTimersByTimeAsync(1);
     expect(calls).toBe(1);
-    await vi.advanceTimersByTimeAsync(0);
     expect(heap.releases).toBe(1);
-    expect(logs).toContainEqual(expect.objectContaining({ msg: 'released free heap', freeBytes: 12 << 20 }));
+    expect(logs).toContainEqual(expect.objectContaining({ msg: 'released free heap', rssBefore: 100 * MB, rssAfter: 82 * MB }));
   });
 
-  it('releases at most once per interval while pods keep coming, then once after they stop', async () => {
-    for (let i = 0; i < 40; i++) {
+  it('never releases while pod events keep coming, however much RSS grew', async () => {
+    rss = 120 * MB;
+    for (let i = 0; i < 100; i++) {
       heap.idle();
-      await vi.advanceTimersByTimeAsync(100); // an ADD every 100 ms for 4 s
+      await vi.advanceTimersByTimeAsync(500); // an event every half second for 50 s
     }
-    expect(calls).toBe(4); // at 0, 1000, 2000 and 3000 ms: never twice within the interval
-    await vi.advanceTimersByTimeAsync(399); // the last idle moment was at 3900 ms
-    expect(calls).toBe(4);
-    await vi.advanceTimersByTimeAsync(1);
-    expect(calls).toBe(5); // the settling release, 500 ms after the last idle moment
-    await vi.advanceTimersByTimeAsync(10_000);
-    expect(calls).toBe(5); // and nothing more while nothing happens
+    expect(calls).toBe(0);
+    await vi.advanceTimersByTimeAsync(500);
+    expect(calls).toBe(1); // the first quiet second
+  });
+
+  it('leaves steady churn alone: growth below the threshold since the last release', async () => {
+    rss = 87.9 * MB; // 7.9 MB over the start
+    heap.idle();
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(calls).toBe(0);
+    rss = 88 * MB;
+    heap.idle();
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(calls).toBe(1); // 8 MB: released, and 82 MB is the new baseline
+    rss = 89 * MB;
+    heap.idle();
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(calls).toBe(1); // 7 MB over 82
   });
 
   it('never runs two releases at once', async () => {
     let finish: (r: RawHeapRelease) => void = () => {};
     result = () => new Promise((resolve) => (finish = resolve));
+    rss = 100 * MB;
     heap.idle();
-    await vi.advanceTimersByTimeAsync(1_500); // the settling timer fires while the first still runs
+    await vi.advanceTimersByTimeAsync(1_000);
+    heap.idle();
+    await vi.advanceTimersByTimeAsync(1_000); // the next quiet spell ends while the first still runs
     expect(calls).toBe(1);
-    finish(RELEASED);
+    finish(RELEASED); // gave nothing back in this fake: 100 MB is the new baseline
     await vi.advanceTimersByTimeAsync(0);
+    rss = 110 * MB;
     heap.idle();
+    await vi.advanceTimersByTimeAsync(1_000);
     expect(calls).toBe(2);
   });
 
-  it('a failed release loses nothing: it is logged, and the next idle moment tries again', async () => {
+  it('a failed release loses nothing: it is logged, and the next quiet spell tries again', async () => {
     result = async () => {
       throw new Error('ENOMEM: out of memory, malloc_trim');
     };
+    rss = 100 * MB;
     heap.idle();
-    await vi.advanceTimersByTimeAsync(0);
+    await vi.advanceTimersByTimeAsync(1_000);
     expect(logs).toContainEqual(
       expect.objectContaining({ level: 40, msg: 'could not release free heap memory', err: 'ENOMEM: out of memory, malloc_trim' }),
     );
-    await vi.advanceTimersByTimeAsync(1_500); // the settling one (at 500 ms) failed too
-    expect(calls).toBe(2);
-    expect(heap.releases).toBe(0);
     result = async () => RELEASED;
     heap.idle();
-    expect(calls).toBe(3);
-    await vi.advanceTimersByTimeAsync(0);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(calls).toBe(2);
     expect(heap.releases).toBe(1);
   });
 
   it('does nothing once closed (the agent stopped)', async () => {
+    rss = 100 * MB;
     heap.idle();
     heap.close();
     await vi.advanceTimersByTimeAsync(5_000);
     heap.idle();
-    expect(calls).toBe(1);
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(calls).toBe(0);
   });
 });
