@@ -141,6 +141,7 @@ export class Agent {
     );
     // A burst of pods leaves its freed memory in the C library's arenas: handed back once quiet.
     this.#heap = new IdleHeapRelease(() => this.addon.releaseFreeHeap(), this.#log, deps.heapRelease);
+    this.#plugin.onBusy = () => this.#heap.busy();
     this.#plugin.onIdle = () => this.#heap.idle();
     this.#plugin.onRequest = (route, status, seconds) => {
       metrics.pluginRequests.inc({ response_code: String(status) });

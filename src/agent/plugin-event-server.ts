@@ -241,7 +241,8 @@ export class PluginEventServer {
   #inFlight = 0;
   #drained: Array<() => void> = [];
   onRequest: RequestObserver = () => {};
-  /** Called when the last event in flight has been answered (the agent releases free memory then). */
+  /** Called when an event arrives with none in flight, and when the last in flight has been answered. */
+  onBusy: () => void = () => {};
   onIdle: () => void = () => {};
 
   readonly #addAnswerMs: number;
@@ -286,7 +287,7 @@ export class PluginEventServer {
   }
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    this.#inFlight++;
+    if (this.#inFlight++ === 0) this.onBusy();
     try {
       await this.#serve(req, res);
     } catch (err) {

@@ -34,7 +34,7 @@ export class IdleHeapRelease {
   #running = false;
   #quietTimer: NodeJS.Timeout | undefined;
   #closed = false;
-  /** Releases done (metrics and tests). */
+  /** Releases done (tests). */
   releases = 0;
 
   constructor(release: () => Promise<RawHeapRelease>, log: Logger = silentLogger, options: IdleHeapReleaseOptions = {}) {
@@ -44,6 +44,12 @@ export class IdleHeapRelease {
     this.#growthBytes = options.growthBytes ?? DEFAULT_GROWTH_BYTES;
     this.#rss = options.rss ?? (() => process.memoryUsage.rss());
     this.#baseline = this.#rss();
+  }
+
+  /** A pod event arrived with none in flight: whatever quiet spell was running is over. */
+  busy(): void {
+    clearTimeout(this.#quietTimer);
+    this.#quietTimer = undefined;
   }
 
   /** The agent has just answered its last pod event in flight: the quiet spell starts again. */

@@ -62,6 +62,18 @@ describe('IdleHeapRelease', () => {
     expect(calls).toBe(1); // the first quiet second
   });
 
+  it('a pod event that arrives within the quiet spell ends it, even while it runs long', async () => {
+    rss = 100 * MB;
+    heap.idle();
+    await vi.advanceTimersByTimeAsync(900);
+    heap.busy(); // an ADD that waits 3 s for a restarting ztunnel
+    await vi.advanceTimersByTimeAsync(3_000);
+    expect(calls).toBe(0);
+    heap.idle();
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(calls).toBe(1);
+  });
+
   it('leaves steady churn alone: growth below the threshold since the last release', async () => {
     rss = 87.9 * MB; // 7.9 MB over the start
     heap.idle();
