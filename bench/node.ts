@@ -77,10 +77,15 @@ function readPhases(): Set<string> | undefined {
   return raw ? new Set(raw.split(',').map((p) => p.trim())) : undefined;
 }
 
-/** BENCH_AGENT_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the agent process. */
-function readAgentNodeArgs(): string[] {
-  return (process.env['BENCH_AGENT_NODE_ARGS'] ?? '').split(/\s+/).filter((a) => a !== '');
+/** A space-separated argument list from the environment. */
+function argsFromEnv(name: string): string[] {
+  return (process.env[name] ?? '').split(/\s+/).filter((a) => a !== '');
 }
+
+/** BENCH_AGENT_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the agent process. */
+const AGENT_NODE_ARGS = argsFromEnv('BENCH_AGENT_NODE_ARGS');
+/** BENCH_AGENT_ARGS: extra `run` flags for the agent (A/B runs of a setting, e.g. `--tier-up-calls 20`). */
+const AGENT_ARGS = argsFromEnv('BENCH_AGENT_ARGS');
 
 /**
  * The RSS targets are read right after a burst, as always; this much later is an information
@@ -92,11 +97,6 @@ const SETTLED_MS = 2_000;
 async function footprintAfter(pid: number, ms: number): Promise<Footprint> {
   await new Promise((resolve) => setTimeout(resolve, ms));
   return footprint(pid);
-}
-
-/** Extra `run` flags for the agent (A/B runs of a setting, e.g. `--tier-up-calls 0`). */
-function readAgentArgs(): string[] {
-  return (process.env['BENCH_AGENT_ARGS'] ?? '').split(/\s+/).filter((a) => a !== '');
 }
 
 const f = (x: number | undefined, d = 3): string => (x === undefined || !Number.isFinite(x) ? 'n/a' : x.toFixed(d));
@@ -404,6 +404,7 @@ function stepLine(samples: StepSamples): string {
 const met = (ok: boolean | undefined): string => (ok === undefined ? 'n/a' : ok ? 'met' : 'MISSED');
 
 function report(r: Results): { markdown: string; last: string[] } {
+  const extraArguments = [...AGENT_NODE_ARGS, ...AGENT_ARGS];
   const total = summarize(r.total);
   const agent = r.agent.length > 0 ? summarize(r.agent) : undefined;
   const sum = (xs: number[]): Summary | undefined => (xs.length > 0 ? summarize(xs) : undefined);
@@ -441,7 +442,7 @@ function report(r: Results): { markdown: string; last: string[] } {
       Object.entries(r.agentRuntime?.env ?? {})
         .map(([k, v]) => `${k}=${v}`)
         .join(' ') || 'no Node variables'
-    } (the image's final stage)${[...readAgentNodeArgs(), ...readAgentArgs()].length > 0 ? `; extra arguments: ${[...readAgentNodeArgs(), ...readAgentArgs()].join(' ')}` : ''}`,
+    } (the image's final stage)${extraArguments.length > 0 ? `; extra arguments: ${extraArguments.join(' ')}` : ''}`,
     ``,
     `## Per-pod onboarding (${r.pods} pods, one after another, rounds of <= ${ROUND_MAX})`,
     ``,
@@ -606,8 +607,8 @@ async function main(): Promise<void> {
   r.agentRuntime = imageAgentRuntime();
   const env = new DemoEnvironment({
     subnet: 177,
-    agentNodeArgs: readAgentNodeArgs(),
-    agentArgs: readAgentArgs(),
+    agentNodeArgs: AGENT_NODE_ARGS,
+    agentArgs: AGENT_ARGS,
     agentRuntime: r.agentRuntime,
     ztunnel: 'external',
     runDirOnTmpfs: true,

@@ -144,13 +144,11 @@ export class FakeNetAddon implements NetAddon {
 
   warmUp(): void {}
 
-  /** Every releaseFreeHeap() call; `heapReleaseError` makes the next ones fail. */
+  /** Every releaseFreeHeap() call. */
   heapReleases = 0;
-  heapReleaseError: Error | undefined;
 
   async releaseFreeHeap(): Promise<RawHeapRelease> {
     this.heapReleases++;
-    if (this.heapReleaseError) throw this.heapReleaseError;
     return { released: true, freeBytes: 1 << 20, arenaBytes: 4 << 20, seconds: 0 };
   }
 

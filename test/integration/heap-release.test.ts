@@ -2,7 +2,7 @@
 // allocated and freed in small pieces stays in its RSS until the release hands it back. Run in a
 // child process with --expose-gc, so the test owns the whole heap it measures.
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -19,7 +19,7 @@ describe('releaseFreeHeap (malloc_trim off the JS thread)', () => {
       script,
       [
         `import { createRequire } from 'node:module';`,
-        `const addon = createRequire(import.meta.url)(${JSON.stringify(addonCandidates().find((p) => p.endsWith('.node')))});`,
+        `const addon = createRequire(import.meta.url)(${JSON.stringify(addonCandidates().find((p) => existsSync(p)))});`,
         // 80 MB in 4 KB pieces (malloc's heap, below the mmap threshold), every 50th kept: the
         // arena cannot shrink from its top, so only a trim gives the rest back.
         `let keep = [], drop = [];`,
