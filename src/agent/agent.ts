@@ -21,6 +21,8 @@ import { ROUTE_TABLE_INBOUND } from '../rules/constants.js';
 import { PodRegistry } from '../zds/registry.js';
 import { ZdsServer } from '../zds/server.js';
 import { IdleHeapRelease, type IdleHeapReleaseOptions } from '../runtime/idle-heap-release.js';
+import { LoadPhases } from '../runtime/load-phases.js';
+import { startPerPodTierUp, type PerPodTierUp } from '../runtime/tier-up.js';
 import type { AgentConfig } from './config.js';
 import { DebugServer, debugSocketPath } from './debug-server.js';
 import { HealthServer } from './health-server.js';
@@ -49,6 +51,8 @@ export interface AgentDeps {
   addAnswerMs?: number;
   /** Tests shorten the quiet spell before a heap release (src/runtime/idle-heap-release.ts). */
   heapRelease?: IdleHeapReleaseOptions;
+  /** Tests record the tier-up's V8 flag changes instead (src/runtime/tier-up.ts). */
+  setV8Flags?: (flags: string) => void;
 }
 
 export class Agent {
@@ -72,6 +76,11 @@ export class Agent {
   readonly #installer: Installer | undefined;
   readonly #stop = new AbortController();
   readonly #heap: IdleHeapRelease;
+  /** The pod-event load (idle, lone, burst) the runtime policies follow. */
+  readonly #load: LoadPhases;
+  /** Set once the start's work is done (--tier-up-calls, src/runtime/tier-up.ts). */
+  #tierUp: PerPodTierUp | undefined;
+  readonly #setV8Flags: ((flags: string) => void) | undefined;
   /** Settles when the start's own work (the CNI install, the restore of enrolled pods) is done. */
   #startWork: Promise<unknown> | undefined;
 
@@ -141,8 +150,13 @@ export class Agent {
     );
     // A burst of pods leaves its freed memory in the C library's arenas: handed back once quiet.
     this.#heap = new IdleHeapRelease(() => this.addon.releaseFreeHeap(), this.#log, deps.heapRelease);
-    this.#plugin.onBusy = () => this.#heap.busy();
-    this.#plugin.onIdle = () => this.#heap.idle();
+    this.#load = new LoadPhases((phase, previous) => {
+      if (phase !== 'idle') this.#heap.busy();
+      else if (previous === 'burst') this.#heap.idleAfterBurst();
+      else this.#heap.idle();
+      this.#tierUp?.phase(phase);
+    });
+    this.#plugin.onInFlight = (count) => this.#load.inFlight(count);
     this.#plugin.onRequest = (route, status, seconds) => {
       metrics.pluginRequests.inc({ response_code: String(status) });
       if (route === '/cmdadd') metrics.podOnboarding.observe({ result: status === 200 ? 'ok' : 'error' }, seconds);
@@ -152,6 +166,7 @@ export class Agent {
     this.#metricsServer = new MetricsServer(metrics, config.metricsPort);
     this.#pluginLog = new PluginLogServer(join(config.runDir, PLUGIN_LOG_SOCKET), this.#log, config.logLevels);
     this.#installer = deps.installer;
+    this.#setV8Flags = deps.setV8Flags;
   }
 
   /**
@@ -219,6 +234,7 @@ export class Agent {
     this.reconciler.start();
     const installed = this.#installer ? this.#install(this.#installer) : Promise.resolve();
     this.#releaseAfter(installed, releaseStartHold);
+    void this.#tierUpOnceStarted();
     await installed;
     this.#log.info({ notReady: this.notReadyReasons() }, 'agent started');
   }
@@ -237,6 +253,16 @@ export class Agent {
   /** Resolves once the start's own work is done: the CNI install and the restore of enrolled pods (never rejects). */
   async startWorkDone(): Promise<void> {
     await this.#startWork;
+  }
+
+  /**
+   * Not before the start's work is done: compiling the start's own code (run once) would slow a
+   * restart. From then on V8 optimises the per-pod path after a few pods, outside bursts.
+   */
+  async #tierUpOnceStarted(): Promise<void> {
+    await this.startWorkDone();
+    if (this.#stop.signal.aborted) return;
+    this.#tierUp = startPerPodTierUp(this.config.tierUpCalls, this.#load.phase, this.#log, this.#setV8Flags);
   }
 
   /** An ADD onboards its pod with the watches held (Reconciler.holdWatches): its own opens after it. */

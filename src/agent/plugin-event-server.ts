@@ -241,9 +241,8 @@ export class PluginEventServer {
   #inFlight = 0;
   #drained: Array<() => void> = [];
   onRequest: RequestObserver = () => {};
-  /** Called when an event arrives with none in flight, and when the last in flight has been answered. */
-  onBusy: () => void = () => {};
-  onIdle: () => void = () => {};
+  /** Called with the number of events in flight whenever it changes (an event arrived, one was answered). */
+  onInFlight: (count: number) => void = () => {};
 
   readonly #addAnswerMs: number;
 
@@ -287,7 +286,7 @@ export class PluginEventServer {
   }
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    if (this.#inFlight++ === 0) this.onBusy();
+    this.onInFlight(++this.#inFlight);
     try {
       await this.#serve(req, res);
     } catch (err) {
@@ -296,10 +295,8 @@ export class PluginEventServer {
       if (!res.headersSent) res.writeHead(500, { Connection: 'close' });
       res.end();
     } finally {
-      if (--this.#inFlight === 0) {
-        for (const r of this.#drained.splice(0)) r();
-        this.onIdle();
-      }
+      if (--this.#inFlight === 0) for (const r of this.#drained.splice(0)) r();
+      this.onInFlight(this.#inFlight);
     }
   }
 

@@ -9,7 +9,6 @@ import { loadAgentConfig, usage, type AgentConfig } from '../agent/config.js';
 import type { LogFormat, Logger } from '../ops/log.js';
 import { projectRoot } from '../project-root.js';
 import { bindZdsSocket } from '../zds/bind.js';
-import { tierUpAfter, V8_DEFAULT_MAGLEV_CALLS } from '../runtime/tier-up.js';
 
 export const RUN_USAGE = usage();
 
@@ -92,7 +91,6 @@ export async function runAgent(args: string[], out: (s: string) => void, stop: P
     },
   );
   if (first === 'started') {
-    if (config.tierUpCalls > 0) void agent.startWorkDone().then(() => tierUpPerPodPath(config.tierUpCalls, agentLog));
     await stop;
   } else started.catch((err: unknown) => log.info({ err: (err as Error).message }, 'start interrupted by the stop signal'));
   log.info('stopping: in-pod rules stay in place');
@@ -103,14 +101,6 @@ export async function runAgent(args: string[], out: (s: string) => void, stop: P
   }, 10_000).unref();
   await agent.stop();
   return 0;
-}
-
-/**
- * --tier-up-calls: once the start's work is done (not before: compiling the start's own code
- * would slow a restart), V8 optimises the per-pod path after `calls` pods (src/runtime/tier-up.ts).
- */
-function tierUpPerPodPath(calls: number, log: Logger): void {
-  log.info({ flags: tierUpAfter(calls), v8Default: V8_DEFAULT_MAGLEV_CALLS }, 'V8 optimises the per-pod path sooner');
 }
 
 /** `ambient-node-agent uninstall`: removes our CNI config entry and the plugin binary. */

@@ -4,9 +4,10 @@
 // path sooner with --tier-up-calls, see tier-up.ts) allocated and freed stays in the agent's RSS
 // until malloc_trim(0) hands its whole pages back. The release is not free: the pages it returns
 // are faulted in again by the next allocations, and releasing after every pod event cost the
-// ADDs more than it saved (README, "What profiling found"). So it runs only after a quiet spell
-// (no pod event for `quietMs`) and only when RSS has grown by `growthBytes` since the last
-// release (or the start): after a burst or a round of compilations, not in steady churn. It runs
+// ADDs more than it saved (README, "What profiling found"). So it runs only when RSS has grown by
+// `growthBytes` since the last release (or the start), and only after a quiet spell (no pod
+// event for `quietMs`) or right as a burst ends (its last event answered, load-phases.ts):
+// after a burst or a round of compilations, not in steady churn. It runs
 // off the JS thread (the addon's releaseFreeHeap): it holds each arena's lock while it walks it.
 import { silentLogger, type Logger } from '../ops/log.js';
 import type { RawHeapRelease } from '../addon/binding.js';
@@ -56,7 +57,17 @@ export class IdleHeapRelease {
   idle(): void {
     if (this.#closed) return;
     clearTimeout(this.#quietTimer);
-    this.#quietTimer = setTimeout(() => this.#quiet(), this.#quietMs).unref();
+    this.#quietTimer = setTimeout(() => this.#releaseIfGrown(), this.#quietMs).unref();
+  }
+
+  /**
+   * The last event of a burst has just been answered: what the burst (and V8's compiles beside it)
+   * freed goes back now rather than after the quiet spell, which still starts as after any event.
+   * Bursts are rare, so the pages the next pods fault in again cost little.
+   */
+  idleAfterBurst(): void {
+    this.idle();
+    this.#releaseIfGrown();
   }
 
   close(): void {
@@ -64,7 +75,7 @@ export class IdleHeapRelease {
     clearTimeout(this.#quietTimer);
   }
 
-  #quiet(): void {
+  #releaseIfGrown(): void {
     if (this.#running || this.#closed) return;
     const before = this.#rss();
     if (before - this.#baseline < this.#growthBytes) return;

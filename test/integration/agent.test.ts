@@ -18,6 +18,7 @@ import { METRICS_ROUTES } from '../../src/ops/metrics.js';
 import { main } from '../../src/cli/main.js';
 import { netconf, runPlugin } from '../helpers/plugin-exec.js';
 import { testAgentConfig } from '../helpers/agent-config.js';
+import { tieringFlags, v8TieringDefaults } from '../../src/runtime/tier-up.js';
 
 const listing = readFileSync(new URL('../fixtures/default-inpod.listing.nft', import.meta.url), 'utf8');
 
@@ -122,6 +123,36 @@ describe('standalone agent', () => {
     expect(addon.heapReleases).toBe(1);
     await new Promise((r) => setTimeout(r, 300));
     expect(addon.heapReleases).toBe(1); // once per quiet spell
+  });
+
+  it("tiers up the per-pod path once started; a burst of ADDs has V8's own thresholds and gives its memory back as it ends", async () => {
+    await agent.stop();
+    const flags: string[] = [];
+    let rss = 80 * 2 ** 20;
+    const heapRelease = { quietMs: 60_000, growthBytes: 8 * 2 ** 20, rss: () => rss }; // no quiet spell in this test
+    agent = new Agent(config, { addon, makeMode: (d) => new StandaloneMode(d), setV8Flags: (f) => flags.push(f), heapRelease });
+    await agent.start();
+    await agent.startWorkDone();
+    await new Promise((r) => setImmediate(r));
+    const lowered = tieringFlags({ maglevCalls: config.tierUpCalls, callsAfterIcUpdate: config.tierUpCalls });
+    const v8Own = tieringFlags(v8TieringDefaults()!);
+    expect(config.tierUpCalls).toBe(20); // the default
+    expect(flags).toEqual([lowered]);
+    // No ztunnel yet: the three ADDs wait for it, all in flight at once.
+    const adds = ['web', 'db', 'api'].map((name) => postUnix(sock(), '/cmdadd', addEvent(name)));
+    const until = Date.now() + 2_000;
+    while (flags.length < 2 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+    expect(flags).toEqual([lowered, v8Own]);
+    rss = 100 * 2 ** 20; // grown by the burst
+    await ztunnel();
+    expect((await Promise.all(adds)).map((r) => r.status)).toEqual([200, 200, 200]);
+    expect(flags).toEqual([lowered, v8Own, lowered]);
+    const released = Date.now() + 2_000;
+    while (addon.heapReleases < 1 && Date.now() < released) await new Promise((r) => setTimeout(r, 10));
+    expect(addon.heapReleases).toBe(1);
+    expect((await postUnix(sock(), '/cmdadd', addEvent('sys'))).status).toBe(200); // a lone ADD changes nothing
+    expect(flags).toEqual([lowered, v8Own, lowered]);
+    expect(addon.heapReleases).toBe(1);
   });
 
   it('with no ztunnel, an ADD waits for one to connect and is answered by its snapshot ack (one add, no second one)', async () => {

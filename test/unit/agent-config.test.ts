@@ -54,9 +54,9 @@ describe('agent configuration', () => {
     expect(flagged).toMatchObject({ dnsCapture: true, backend: 'nftables', metricsPort: 15020 });
   });
 
-  it("--tier-up-calls (CNI_AGENT_TIER_UP_CALLS): 0 (V8's own thresholds) by default, anything but a count is a usage error", () => {
-    expect(loadAgentConfig([], {}).tierUpCalls).toBe(0);
-    expect(loadAgentConfig([], { CNI_AGENT_TIER_UP_CALLS: '20' }).tierUpCalls).toBe(20);
+  it("--tier-up-calls (CNI_AGENT_TIER_UP_CALLS): 20 by default, 0 keeps V8's own thresholds, anything but a count is a usage error", () => {
+    expect(loadAgentConfig([], {}).tierUpCalls).toBe(20);
+    expect(loadAgentConfig([], { CNI_AGENT_TIER_UP_CALLS: '0' }).tierUpCalls).toBe(0);
     expect(loadAgentConfig(['--tier-up-calls', '50'], { CNI_AGENT_TIER_UP_CALLS: '0' }).tierUpCalls).toBe(50);
     for (const bad of ['-1', '1e3', 'fast', '', '2000000'])
       expect(() => loadAgentConfig([], { CNI_AGENT_TIER_UP_CALLS: bad })).toThrow(

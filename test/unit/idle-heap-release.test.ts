@@ -1,5 +1,6 @@
 // When the agent gives glibc's free heap back (src/runtime/idle-heap-release.ts): only after a
-// quiet spell with no pod event, and only when RSS has grown enough since the last release.
+// quiet spell with no pod event or right as a burst ends, and only when RSS has grown enough
+// since the last release.
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { RawHeapRelease } from '../../src/addon/binding.js';
@@ -87,6 +88,26 @@ describe('IdleHeapRelease', () => {
     heap.idle();
     await vi.advanceTimersByTimeAsync(1_000);
     expect(calls).toBe(1); // 7 MB over 82
+  });
+
+  it('releases right as a burst ends, when RSS grew, and not again after the quiet spell', async () => {
+    heap.busy();
+    rss = 95 * MB; // the burst and V8's compiles beside it
+    heap.idleAfterBurst();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(calls).toBe(1);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(calls).toBe(1); // 82 MB is the new baseline
+  });
+
+  it('a burst that grew RSS less than the threshold leaves it for the quiet spell to check again', async () => {
+    rss = 85 * MB;
+    heap.idleAfterBurst();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(calls).toBe(0);
+    rss = 90 * MB; // what was freed late (V8's compiles finishing)
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(calls).toBe(1);
   });
 
   it('never runs two releases at once', async () => {
