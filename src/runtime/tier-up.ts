@@ -14,6 +14,7 @@
 import { setFlagsFromString } from 'node:v8';
 import { silentLogger, type Logger } from '../ops/log.js';
 import { BURST_IN_FLIGHT, type LoadPhase } from './load-phases.js';
+
 /** The calls after which the per-pod path is optimised (once started, outside bursts); 0: V8's own. */
 export const DEFAULT_TIER_UP_CALLS = 20;
 /** Far above V8's own; only keeps the flag an int V8 accepts. */
