@@ -234,7 +234,9 @@ export class Agent {
     this.reconciler.start();
     const installed = this.#installer ? this.#install(this.#installer) : Promise.resolve();
     this.#releaseAfter(installed, releaseStartHold);
-    void this.#tierUpOnceStarted();
+    void this.#tierUpOnceStarted().catch((err: unknown) =>
+      this.#log.warn({ err: (err as Error).message }, 'could not tier up the per-pod path; V8 keeps its own thresholds'),
+    );
     await installed;
     this.#log.info({ notReady: this.notReadyReasons() }, 'agent started');
   }
