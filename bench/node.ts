@@ -89,8 +89,8 @@ const AGENT_ARGS = argsFromEnv('BENCH_AGENT_ARGS');
 
 /**
  * The RSS targets are read right after a burst, as always; this much later is an information
- * row: after a second without pod events, the agent hands its free heap back if its RSS grew
- * 8 MB since the last release (src/runtime/idle-heap-release.ts).
+ * row: as a burst ends and after a second without pod events, the agent hands its free heap back
+ * if its RSS grew 8 MB since the last release (src/runtime/idle-heap-release.ts).
  */
 const SETTLED_MS = 2_000;
 
@@ -128,7 +128,7 @@ interface Results {
   restart?: { readyMs: number; connectedMs: number; snapshotMs: number; totalMs: number; startAgentMs: number; pods: number };
   idle?: Footprint;
   with110?: Footprint;
-  /** SETTLED_MS after the burst: the agent's idle heap release (src/runtime/idle-heap-release.ts) may have run. */
+  /** SETTLED_MS after the burst: the agent's heap release after its quiet second (src/runtime/idle-heap-release.ts) may have run too. */
   with110Settled?: Footprint;
   afterRestart?: Footprint;
   ztunnelRestart?: ZtunnelRestartResult[];

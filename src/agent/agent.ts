@@ -148,7 +148,7 @@ export class Agent {
       this.#log,
       deps.addAnswerMs !== undefined ? { addAnswerMs: deps.addAnswerMs } : {},
     );
-    // A burst of pods leaves its freed memory in the C library's arenas: handed back once quiet.
+    // A burst of pods leaves its freed memory in the C library's arenas: handed back as it ends or once quiet.
     this.#heap = new IdleHeapRelease(() => this.addon.releaseFreeHeap(), this.#log, deps.heapRelease);
     this.#load = new LoadPhases((phase, previous) => {
       if (phase !== 'idle') this.#heap.busy();

@@ -90,9 +90,8 @@ export async function runAgent(args: string[], out: (s: string) => void, stop: P
       throw err;
     },
   );
-  if (first === 'started') {
-    await stop;
-  } else started.catch((err: unknown) => log.info({ err: (err as Error).message }, 'start interrupted by the stop signal'));
+  if (first === 'started') await stop;
+  else started.catch((err: unknown) => log.info({ err: (err as Error).message }, 'start interrupted by the stop signal'));
   log.info('stopping: in-pod rules stay in place');
   // The kubelet kills us after the grace period anyway; never hang past 10 s.
   setTimeout(() => {

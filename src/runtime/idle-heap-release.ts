@@ -47,7 +47,7 @@ export class IdleHeapRelease {
     this.#baseline = this.#rss();
   }
 
-  /** A pod event arrived with none in flight: whatever quiet spell was running is over. */
+  /** Pod events are in flight: whatever quiet spell was running is over. */
   busy(): void {
     clearTimeout(this.#quietTimer);
     this.#quietTimer = undefined;
