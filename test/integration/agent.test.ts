@@ -22,6 +22,12 @@ import { tieringFlags, v8TieringDefaults } from '../../src/runtime/tier-up.js';
 
 const listing = readFileSync(new URL('../fixtures/default-inpod.listing.nft', import.meta.url), 'utf8');
 
+/** Polls `done` every 10 ms for up to `ms` (the assertion after it says what was expected). */
+async function pollUntil(done: () => boolean, ms = 2_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!done() && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+}
+
 function addEvent(name: string, uid = `uid-${name}`, namespace = 'shop') {
   return {
     Netns: `/var/run/netns/${name}`,
@@ -118,8 +124,7 @@ describe('standalone agent', () => {
       await new Promise((r) => setTimeout(r, 50)); // pods keep coming: no release yet
       expect(addon.heapReleases).toBe(0);
     }
-    const until = Date.now() + 2_000;
-    while (addon.heapReleases < 1 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+    await pollUntil(() => addon.heapReleases >= 1);
     expect(addon.heapReleases).toBe(1);
     await new Promise((r) => setTimeout(r, 300));
     expect(addon.heapReleases).toBe(1); // once per quiet spell
@@ -140,15 +145,13 @@ describe('standalone agent', () => {
     expect(flags).toEqual([lowered]);
     // No ztunnel yet: the three ADDs wait for it, all in flight at once.
     const adds = ['web', 'db', 'api'].map((name) => postUnix(sock(), '/cmdadd', addEvent(name)));
-    const until = Date.now() + 2_000;
-    while (flags.length < 2 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+    await pollUntil(() => flags.length >= 2);
     expect(flags).toEqual([lowered, v8Own]);
     rss = 100 * 2 ** 20; // grown by the burst
     await ztunnel();
     expect((await Promise.all(adds)).map((r) => r.status)).toEqual([200, 200, 200]);
     expect(flags).toEqual([lowered, v8Own, lowered]);
-    const released = Date.now() + 2_000;
-    while (addon.heapReleases < 1 && Date.now() < released) await new Promise((r) => setTimeout(r, 10));
+    await pollUntil(() => addon.heapReleases >= 1);
     expect(addon.heapReleases).toBe(1);
     expect((await postUnix(sock(), '/cmdadd', addEvent('sys'))).status).toBe(200); // a lone ADD changes nothing
     expect(flags).toEqual([lowered, v8Own, lowered]);
@@ -441,8 +444,7 @@ describe('standalone agent', () => {
     clients.push(slow);
     await slow.waitFor(() => slow.snapshotSent);
     const pending = postUnix(sock(), '/cmdadd', addEvent('web'));
-    const until = Date.now() + 2000;
-    while (Date.now() < until && slow.messages.length < 2) await new Promise((r) => setTimeout(r, 10)); // the add reached ztunnel
+    await pollUntil(() => slow.messages.length >= 2); // the add reached ztunnel
     const started = Date.now();
     await agent.stop();
     const stopMs = Date.now() - started;
