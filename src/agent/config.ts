@@ -16,7 +16,7 @@ import { ADD_ANSWER_MS } from '../cni/protocol.js';
 export const MAX_ZTUNNEL_WAIT_MS = ADD_ANSWER_MS - 500;
 import { netnsDirProblem } from '../pods/netns-path.js';
 import { BURST_IN_FLIGHT } from '../runtime/load-phases.js';
-import { DEFAULT_TIER_UP_CALLS, MAX_TIER_UP_CALLS } from '../runtime/tier-up.js';
+import { DEFAULT_TIER_UP_CALLS, MAX_TIER_UP_CALLS, v8TieringDefaults } from '../runtime/tier-up.js';
 
 export type KubeMode = 'auto' | 'none';
 
@@ -285,7 +285,7 @@ export const OPTIONS: readonly Option[] = [
     flag: 'tier-up-calls',
     env: 'CNI_AGENT_TIER_UP_CALLS',
     fallback: String(DEFAULT_TIER_UP_CALLS),
-    help: `once started, V8 optimises a function after this many calls, so the per-pod path after that many pods (V8's own threshold: ~400 calls on Node 24); V8's own apply in bursts (from ${BURST_IN_FLIGHT} pod events in flight until none is left); 0 keeps V8's throughout`,
+    help: `once started, V8 optimises a function after this many calls, so the per-pod path after that many pods (V8's own threshold on this Node: ${v8TieringDefaults()?.maglevCalls ?? 'not known'} calls); V8's own apply in bursts (from ${BURST_IN_FLIGHT} pod events in flight until none is left); 0 keeps V8's throughout`,
     kind: 'string',
   },
 ];
