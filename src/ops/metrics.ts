@@ -151,6 +151,23 @@ export class AgentMetrics {
   }
 
   /**
+   * The event loop's own CPU time while pod events were in flight (src/ops/busy-loop-cpu.ts), by
+   * mode (user, system); registered only where the runtime reads its thread's clock.
+   */
+  busyLoopCpu(): (userSeconds: number, systemSeconds: number) => void {
+    const cpu = new Counter({
+      name: 'ambient_node_agent_pod_events_loop_cpu_seconds_total',
+      help: "The event loop's own CPU time (its thread clock) while pod events were in flight, by mode (user, system)",
+      labelNames: ['mode'],
+      registers: [this.registry],
+    });
+    return (user, system) => {
+      cpu.inc({ mode: 'user' }, user);
+      cpu.inc({ mode: 'system' }, system);
+    };
+  }
+
+  /**
    * Node's process metrics (CPU, memory, fds, event loop lag, GC), registered once, on the first
    * scrape: counters such as the CPU seconds are read from the process at each scrape and lose
    * nothing; the event-loop and GC histograms start counting then.

@@ -341,6 +341,13 @@ describe('standalone agent', () => {
     expect(text).toMatch(/ambient_node_agent_netns_steps_total\{step="setLinkUp"\} [1-9]/);
     expect(text).toMatch(/ambient_node_agent_netns_jobs_total [1-9]/);
     expect(text).toMatch(/ambient_node_agent_zds_ack_seconds_count\{request="snapshotSent",result="ok"\} 1/);
+    // The event loop's own CPU while the two events were in flight, where the runtime reads its thread's clock.
+    const loopCpu = /ambient_node_agent_pod_events_loop_cpu_seconds_total\{mode="(?:user|system)"\} (\S+)/g;
+    const spent = [...text.matchAll(loopCpu)].map((m) => Number(m[1]));
+    if (typeof (process as { threadCpuUsage?: unknown }).threadCpuUsage === 'function') {
+      expect(spent).toHaveLength(2);
+      expect(spent[0]! + spent[1]!).toBeGreaterThan(0);
+    } else expect(spent).toEqual([]);
     expect(text).toContain('process_cpu_user_seconds_total');
     expect(text).toContain('# TYPE istio_cni_install_ready gauge');
   });
