@@ -423,7 +423,7 @@ function tenfoldBudget(shares: readonly number[], istio: Summary | undefined, lo
       : '';
   return [
     ``,
-    `${TARGETS.ratio}x Istio's iptables sequence + ack asks for an agent share <= ${f(budget)} ms p50; the fastest of the ${shares.length} shares measured ${f(Math.min(...shares))} ms, and ${within} of them were within that budget${loop}`,
+    `${TARGETS.ratio}x Istio's iptables sequence + ack asks for an agent share <= ${f(budget)} ms p50; the fastest of the ${shares.length} shares measured ${f(Math.min(...shares))} ms, and ${within} of them ${within === 1 ? 'was' : 'were'} within that budget${loop}`,
   ];
 }
 

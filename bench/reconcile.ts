@@ -9,9 +9,12 @@
 // netns for its ruleset generation every NFT_POLL_MS (the agent's default), so a flush waits for
 // the next ask: detection is bounded by the poll, the cost is the asks.
 import { execFile, execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, release } from 'node:os';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { NativeNetAddon } from '../src/addon/net-addon.js';
+import { projectRoot } from '../src/project-root.js';
 import { NFT_POLL_MS } from '../src/addon/netns-watch.js';
 import { reconcileRegisteredPods } from '../src/reconcile/pod-targets.js';
 import { Reconciler } from '../src/reconcile/reconciler.js';
@@ -87,17 +90,16 @@ async function main(): Promise<void> {
     const fdsPerPod = reconciler.watchFds() / PODS;
     reconciler.stop();
     registry.close();
-    console.log('| live reconciliation | value |');
-    console.log('|---|---|');
-    console.log(
+    const table = [
+      '| live reconciliation | value |',
+      '|---|---|',
       `| detection to repair after \`nft flush ruleset\` in a pod (${FLUSHES} flushes over ${PODS} watched pods, generation asked every ${NFT_POLL_MS} ms) | p50 ${pct(latencies, 50).toFixed(1)} ms, p99 ${pct(latencies, 99).toFixed(1)} ms |`,
-    );
-    console.log(
       `| idle cost, ${PODS} watched pods, ${IDLE_S} s, 30 s sweep, nftables generation asked every ${NFT_POLL_MS} ms | ${(idleShare * 100).toFixed(3)}% of one core (${((idleShare * 1e6) / PODS).toFixed(2)} µs CPU per pod per second), ${fdsPerPod} watch fds per pod |`,
-    );
-    console.log(
+      '',
       `reconcile_p50_ms=${pct(latencies, 50).toFixed(2)} reconcile_p99_ms=${pct(latencies, 99).toFixed(2)} idle_core_pct=${(idleShare * 100).toFixed(3)}`,
-    );
+    ];
+    console.log(table.join('\n'));
+    writeReconcileResult(table);
   } finally {
     for (const n of names) {
       try {
@@ -107,6 +109,23 @@ async function main(): Promise<void> {
       }
     }
   }
+}
+
+/** bench/results keeps the last run with the defaults (a run with other sizes is not "the" result). */
+function writeReconcileResult(table: string[]): void {
+  const custom = ['BENCH_PODS', 'BENCH_FLUSHES', 'BENCH_IDLE_SECONDS'].filter((k) => process.env[k] !== undefined);
+  if (custom.length > 0) return void console.log(`(${custom.join(', ')} set: bench/results not updated)`);
+  const dir = join(projectRoot(), 'bench', 'results');
+  mkdirSync(dir, { recursive: true });
+  const header = [
+    '# ambient-node-agent live reconciliation benchmark',
+    '',
+    `host: kernel ${release()}, ${cpus().length} CPUs, node ${process.version}; ${new Date().toISOString()}`,
+    '',
+    `\`npm run bench:reconcile\` with its defaults: ${PODS} pods in real namespaces with the agent's rules, watched by the live reconciler with the agent's nftables generation poll (${NFT_POLL_MS} ms); first ${IDLE_S} s with every pod watched and nothing changing (the process's utime + stime), then ${FLUSHES} \`nft flush ruleset\` runs, one pod at a time, each at a random phase of the poll, timed from the flushing process's exit to the end of the repair.`,
+    '',
+  ];
+  writeFileSync(join(dir, 'reconcile-latest.md'), `${[...header, ...table].join('\n')}\n`);
 }
 
 await main();
