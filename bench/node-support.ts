@@ -273,10 +273,9 @@ function addLoopCpuLine(state: HistogramState, line: string): void {
   (state.loopCpu ??= { user: 0, system: 0 })[mode] = Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
-/** The event loop's CPU samples (ms) of one pod: user, kernel, and their sum (the exact part). */
+/** The event loop's CPU samples (ms), one per pod: user time, and user + kernel (the exact part). */
 export interface LoopCpuSamples {
   user: number[];
-  system: number[];
   total: number[];
 }
 
@@ -288,7 +287,6 @@ export function addLoopCpuSample(into: LoopCpuSamples, before: HistogramState, a
   const user = (after.loopCpu.user - from.user) * 1000;
   const system = (after.loopCpu.system - from.system) * 1000;
   into.user.push(user);
-  into.system.push(system);
   into.total.push(user + system);
 }
 

@@ -567,6 +567,7 @@ function report(r: Results): { markdown: string; last: string[] } {
     "- the agent's run dir (per-pod state files, the plugin socket) is a tmpfs, as on a node, where Istio's chart mounts the host's /var/run/istio-cni and /var/run is a tmpfs",
     `- ZDS: the agent's ZDS socket is served to the native peer (native/zds_peer; the demo keeps its Node stand-in); per add it fstat()s the netns fd, enters the netns, binds 15001/15006/15008 (IP_TRANSPARENT) and 15053 TCP+UDP with mark 0x539 and SO_REUSEPORT, leaves it and acks, all on its session's thread (ztunnel's InpodNetns::run, inline in the task that read the add); its add/del status lines reach the bench once it has been idle for 2 ms (not in the middle of a timed ADD)`,
     `- agent share: /metrics scraped before and after each sequential ADD; the histogram's _sum delta is that one ADD as the plugin-event server timed it (netns, rules, state file, ZDS ack)`,
+    `- the event loop's own CPU: the delta of the agent's ambient_node_agent_pod_events_loop_cpu_seconds_total around the same ADD (its thread clock from the event's arrival until it is answered; Node >= 23.9 only)`,
     `- restart: \`stopAgent('SIGKILL')\`, then \`startAgent()\`; the peer's state checked every 5 ms, /readyz asked (every 5 ms) only once the peer has the full snapshot (so the bench's requests do not load the agent while it restores); "total" = max(/readyz, full snapshot at the peer), so a /readyz that turned 200 earlier is reported at the snapshot; the peer reconnects with backoff (20 ms doubling, max 1 s)`,
     `- burst: the ${BURST} ADDs run concurrently from a separate runtime process (bench/node-cni-driver.ts); wall time from the first ADD until the last returned; "istio-cni entry alone" runs only our entry of the chained conflist with the prevResult bridge + host-local would have passed (the part of the chain this project owns); the driver posix_spawns every plugin at once from a thread per ADD in the node netns (ANA_NETNS_THREADS), as a runtime execs them; "full chain" adds bridge + host-local`,
     `- ztunnel restart (bench/ztunnel-restart.ts): ${r.ztunnelRestart?.[0]?.pods ?? 'N'} concurrent ADDs (full chain, then the istio-cni entry alone) with a healthy native ZDS peer, then the same with the peer stopped just before they start and a new one started BENCH_ZTUNNEL_GAP_MS (default 1000) after the first of them reached the agent; added latency = restart run minus healthy run (p50 and max per-pod ADD, as the runtime sees it); the full chain runs from the driver process (every ADD at once, each plugin posix_spawn'd in the node netns); the istio-cni entry alone is exec'd for all pods at once from this process (it touches no netns); ADDs that reach the agent in the gap wait for the new peer`,
@@ -642,7 +643,7 @@ async function main(): Promise<void> {
     stepsInPlace: emptyStepSamples(),
     loopRun: [],
     loopWait: [],
-    loopCpu: { user: [], system: [], total: [] },
+    loopCpu: { user: [], total: [] },
     stepsInProcess: emptyStepSamples(),
     notes: [],
   };
