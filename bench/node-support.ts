@@ -195,8 +195,8 @@ export interface HistogramState {
   buckets: Array<[le: number, count: number]>;
   /** The netns threads' totals of the same scrape (src/ops/metrics.ts netnsThreads), in the addon's own shape. */
   threads: ThreadTotals;
-  /** The event loop's own CPU while pod events were in flight, seconds (src/ops/busy-loop-cpu.ts); absent on runtimes without a thread clock. */
-  loopCpu?: { user: number; system: number };
+  /** The event loop's own CPU while pod events were in flight, seconds (src/ops/busy-loop-cpu.ts); absent before its first increment. */
+  loopCpu?: number;
 }
 
 /** What the agent exports of its addon's executorStats(), and what the bench reads of its own. */
@@ -267,27 +267,10 @@ export function addStepSamples(into: StepSamples, before: ThreadTotals, after: T
 const METRIC = 'ambient_node_agent_pod_onboarding_seconds';
 const LOOP_CPU = 'ambient_node_agent_pod_events_loop_cpu_seconds_total';
 
-function addLoopCpuLine(state: HistogramState, line: string): void {
-  const mode = /mode="(user|system)"/.exec(line)?.[1] as 'user' | 'system' | undefined;
-  if (mode === undefined) return;
-  (state.loopCpu ??= { user: 0, system: 0 })[mode] = Number(line.slice(line.lastIndexOf(' ') + 1));
-}
-
-/** The event loop's CPU samples (ms), one per pod: user time, and user + kernel (the exact part). */
-export interface LoopCpuSamples {
-  user: number[];
-  total: number[];
-}
-
-/** Adds the event loop's CPU between two scrapes with one sequential ADD between them. */
-export function addLoopCpuSample(into: LoopCpuSamples, before: HistogramState, after: HistogramState): void {
-  if (!after.loopCpu) return;
-  // A counter has no series before its first increment: zero then.
-  const from = before.loopCpu ?? { user: 0, system: 0 };
-  const user = (after.loopCpu.user - from.user) * 1000;
-  const system = (after.loopCpu.system - from.system) * 1000;
-  into.user.push(user);
-  into.total.push(user + system);
+/** Adds the event loop's CPU (ms) between two scrapes with one sequential ADD between them. */
+export function addLoopCpuSample(into: number[], before: HistogramState, after: HistogramState): void {
+  if (after.loopCpu === undefined || before.loopCpu === undefined) return;
+  into.push((after.loopCpu - before.loopCpu) * 1000);
 }
 
 /** The `result="ok"` series of the onboarding histogram. */
@@ -298,7 +281,7 @@ export async function scrapeOnboarding(port: number): Promise<HistogramState> {
   const state: HistogramState = { count: 0, sum: 0, buckets: [], threads: noThreads() };
   for (const line of text.split('\n')) {
     if (line.startsWith('ambient_node_agent_netns_')) addThreadLine(state.threads, line);
-    if (line.startsWith(LOOP_CPU)) addLoopCpuLine(state, line);
+    if (line.startsWith(`${LOOP_CPU} `)) state.loopCpu = Number(line.slice(LOOP_CPU.length + 1));
     if (!line.startsWith(METRIC) || !line.includes('result="ok"')) continue;
     const value = Number(line.slice(line.lastIndexOf(' ') + 1));
     if (line.startsWith(`${METRIC}_sum`)) state.sum = value;

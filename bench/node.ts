@@ -41,7 +41,6 @@ import {
   threadSchedstat,
   TIMED_STEPS,
   type StepSamples,
-  type LoopCpuSamples,
   type BenchPod,
   type Footprint,
   type HistogramState,
@@ -152,8 +151,8 @@ interface Results {
   /** The agent's event loop (its main thread) over each chained ADD: on a CPU, and waiting for one (schedstat). */
   loopRun: number[];
   loopWait: number[];
-  /** The event loop's own CPU while each sequential ADD was in flight (its thread clock, the agent's metric). */
-  loopCpu: LoopCpuSamples;
+  /** The event loop's own CPU (ms) while each sequential ADD was in flight (its thread clock, the agent's metric). */
+  loopCpu: number[];
   istioInputs?: IstioInputs;
   agentRuntime?: AgentRuntime;
   notes: string[];
@@ -427,21 +426,6 @@ function tenfoldBudget(shares: readonly number[], istio: Summary | undefined, lo
   ];
 }
 
-/**
- * The event loop's CPU while ADDs were in flight, user against kernel, over all of them: Linux
- * splits a thread's CPU time between the two by tick samples, so the split is true in sum only.
- */
-function loopCpuSplit(samples: LoopCpuSamples): string[] {
-  const total = (xs: number[]): number => xs.reduce((a, b) => a + b, 0);
-  const all = total(samples.total);
-  if (samples.total.length === 0 || all <= 0) return [];
-  const user = total(samples.user);
-  return [
-    ``,
-    `the agent's event loop while the ${samples.total.length} ADDs were in flight: ${f(all, 1)} ms of CPU, ${f((100 * user) / all, 0)}% user and ${f((100 * (all - user)) / all, 0)}% kernel (the split is by tick samples: true over all of them, not per ADD)`,
-  ];
-}
-
 const met = (ok: boolean | undefined): string => (ok === undefined ? 'n/a' : ok ? 'met' : 'MISSED');
 
 function report(r: Results): { markdown: string; last: string[] } {
@@ -510,7 +494,7 @@ function report(r: Results): { markdown: string; last: string[] } {
       sum(r.loopRun),
     ),
     row("  the agent's event loop over the whole chained ADD, runnable and waiting for a CPU (its schedstat)", sum(r.loopWait)),
-    row("  the agent's event loop while the ADD was in flight, its own CPU (thread clock, user + kernel)", sum(r.loopCpu.total)),
+    row("  the agent's event loop while the ADD was in flight, its own CPU (thread clock, user + kernel)", sum(r.loopCpu)),
     row("Istio's per-pod sequence, iptables (chart default) + ZDS add + peer ack, sequential", istioIpt),
     row("Istio's per-pod sequence, knftables (NATIVE_NFTABLES) + ZDS add + peer ack, sequential", istioNft),
     row('single exec: 2x nsenter ip + nsenter iptables-restore (no ZDS)', sum(r.baseline.iptExec)),
@@ -520,8 +504,7 @@ function report(r: Results): { markdown: string; last: string[] } {
     ...sequences,
     ``,
     `ratio (Istio's sequence + ack p50 / agent share p50): iptables ${f(ratioIpt, 1)}x, knftables ${f(ratioNft, 1)}x`,
-    ...tenfoldBudget(r.agent, istioIpt, r.loopCpu.total),
-    ...loopCpuSplit(r.loopCpu),
+    ...tenfoldBudget(r.agent, istioIpt, r.loopCpu),
     ``,
     `netns thread, per step, CPU / wall p50 ms (CPU = wall: the step works, nothing waits; the agent's from ambient_node_agent_netns_* per pod), then the pod's two hops (p50 ms): in the agent ${stepLine(r.stepsInPlace)}; in the bench process ${stepLine(r.stepsInProcess)}`,
     ``,
@@ -567,7 +550,7 @@ function report(r: Results): { markdown: string; last: string[] } {
     "- the agent's run dir (per-pod state files, the plugin socket) is a tmpfs, as on a node, where Istio's chart mounts the host's /var/run/istio-cni and /var/run is a tmpfs",
     `- ZDS: the agent's ZDS socket is served to the native peer (native/zds_peer; the demo keeps its Node stand-in); per add it fstat()s the netns fd, enters the netns, binds 15001/15006/15008 (IP_TRANSPARENT) and 15053 TCP+UDP with mark 0x539 and SO_REUSEPORT, leaves it and acks, all on its session's thread (ztunnel's InpodNetns::run, inline in the task that read the add); its add/del status lines reach the bench once it has been idle for 2 ms (not in the middle of a timed ADD)`,
     `- agent share: /metrics scraped before and after each sequential ADD; the histogram's _sum delta is that one ADD as the plugin-event server timed it (netns, rules, state file, ZDS ack)`,
-    `- the event loop's own CPU: the delta of the agent's ambient_node_agent_pod_events_loop_cpu_seconds_total around the same ADD (its thread clock from the event's arrival until it is answered; Node >= 23.9 only)`,
+    `- the event loop's own CPU: the delta of the agent's ambient_node_agent_pod_events_loop_cpu_seconds_total around the same ADD (its CLOCK_THREAD_CPUTIME_ID from the event's arrival until it is answered)`,
     `- restart: \`stopAgent('SIGKILL')\`, then \`startAgent()\`; the peer's state checked every 5 ms, /readyz asked (every 5 ms) only once the peer has the full snapshot (so the bench's requests do not load the agent while it restores); "total" = max(/readyz, full snapshot at the peer), so a /readyz that turned 200 earlier is reported at the snapshot; the peer reconnects with backoff (20 ms doubling, max 1 s)`,
     `- burst: the ${BURST} ADDs run concurrently from a separate runtime process (bench/node-cni-driver.ts); wall time from the first ADD until the last returned; "istio-cni entry alone" runs only our entry of the chained conflist with the prevResult bridge + host-local would have passed (the part of the chain this project owns); the driver posix_spawns every plugin at once from a thread per ADD in the node netns (ANA_NETNS_THREADS), as a runtime execs them; "full chain" adds bridge + host-local`,
     `- ztunnel restart (bench/ztunnel-restart.ts): ${r.ztunnelRestart?.[0]?.pods ?? 'N'} concurrent ADDs (full chain, then the istio-cni entry alone) with a healthy native ZDS peer, then the same with the peer stopped just before they start and a new one started BENCH_ZTUNNEL_GAP_MS (default 1000) after the first of them reached the agent; added latency = restart run minus healthy run (p50 and max per-pod ADD, as the runtime sees it); the full chain runs from the driver process (every ADD at once, each plugin posix_spawn'd in the node netns); the istio-cni entry alone is exec'd for all pods at once from this process (it touches no netns); ADDs that reach the agent in the gap wait for the new peer`,
@@ -643,7 +626,7 @@ async function main(): Promise<void> {
     stepsInPlace: emptyStepSamples(),
     loopRun: [],
     loopWait: [],
-    loopCpu: { user: [], total: [] },
+    loopCpu: [],
     stepsInProcess: emptyStepSamples(),
     notes: [],
   };

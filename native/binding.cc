@@ -627,6 +627,11 @@ Napi::Value SubmitJob(const Napi::CallbackInfo& info, bool visit) {
 Napi::Value RunInNetnsJs(const Napi::CallbackInfo& info) { return SubmitJob(info, false); }
 Napi::Value VisitNetnsJs(const Napi::CallbackInfo& info) { return SubmitJob(info, true); }
 
+// The calling thread's CPU seconds: on the JS thread, the event loop's own.
+Napi::Value ThreadCpuSecondsJs(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(ThreadCpuNs()) / 1e9);
+}
+
 Napi::Value WarmUpJs(const Napi::CallbackInfo& info) {
   NftRunner::WarmUp();
   return info.Env().Undefined();
@@ -828,6 +833,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("runInNetns", Napi::Function::New(env, RunInNetnsJs, "runInNetns"));
   exports.Set("visitNetns", Napi::Function::New(env, VisitNetnsJs, "visitNetns"));
   exports.Set("warmUp", Napi::Function::New(env, WarmUpJs, "warmUp"));
+  exports.Set("threadCpuSeconds", Napi::Function::New(env, ThreadCpuSecondsJs, "threadCpuSeconds"));
   exports.Set("executorStats", Napi::Function::New(env, ExecutorStatsJs, "executorStats"));
   exports.Set("releaseFreeHeap", Napi::Function::New(env, ReleaseFreeHeapJs, "releaseFreeHeap"));
   exports.Set("seqpacketListen", Napi::Function::New(env, SeqpacketListenJs, "seqpacketListen"));

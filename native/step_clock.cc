@@ -26,6 +26,8 @@ std::map<std::string, StepTimeTotal>& TotalsByStep() {
 
 uint64_t MonotonicNs() { return Now(CLOCK_MONOTONIC); }
 
+uint64_t ThreadCpuNs() { return Now(CLOCK_THREAD_CPUTIME_ID); }
+
 // The wall interval encloses the CPU one (wall read first at the start, last at the end), so a
 // step that never waits reports CPU <= wall up to the two clocks' own disagreement.
 StepClock::StepClock() : wall_start_(Now(CLOCK_MONOTONIC)), cpu_start_(Now(CLOCK_THREAD_CPUTIME_ID)) {}

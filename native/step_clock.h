@@ -23,6 +23,12 @@ struct StepTimeTotal {
 // CLOCK_MONOTONIC in nanoseconds (the executor's and the settlements' waits use it too).
 uint64_t MonotonicNs();
 
+// The calling thread's own CPU time (CLOCK_THREAD_CPUTIME_ID, user + kernel) in nanoseconds.
+// Exact for a running thread: the kernel brings its account up to date for this clock, which
+// getrusage(RUSAGE_THREAD) does not (it reports the runtime as of the thread's last tick or
+// context switch).
+uint64_t ThreadCpuNs();
+
 // Started just before a step on the thread that runs it; Stop() adds the step to the totals.
 class StepClock {
  public:

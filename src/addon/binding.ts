@@ -85,6 +85,8 @@ export interface RawAddon {
   /** Several step lists in one visit to the namespace; one promise per list, settled as soon as that list is done. */
   visitNetns(fd: number | null, segments: readonly (readonly Step[])[]): Promise<unknown[]>[];
   warmUp(): void;
+  /** The calling thread's own CPU time in seconds (CLOCK_THREAD_CPUTIME_ID: user + kernel, exact). */
+  threadCpuSeconds(): number;
   executorStats(): RawExecutorStats;
   /** malloc_trim(0) on a libuv pool thread. */
   releaseFreeHeap(): Promise<RawHeapRelease>;

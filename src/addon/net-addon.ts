@@ -63,6 +63,13 @@ export interface NetAddon {
   run<const S extends readonly Step[]>(target: NetnsTarget, steps: S, options?: RunOptions): Promise<ResultsOf<S>>;
   /** Pays libnftables' one-time initialisation so the first pod does not. */
   warmUp(): void;
+  /**
+   * The calling thread's own CPU time in seconds (CLOCK_THREAD_CPUTIME_ID: user + kernel), exact
+   * at the call; on the JS thread, the event loop's. Node's process.threadCpuUsage() reads
+   * getrusage(RUSAGE_THREAD), which lags a running thread by its CPU time since its last tick or
+   * context switch: a handler that never sleeps reads the same value before and after.
+   */
+  threadCpuSeconds(): number;
   stats(): RawExecutorStats;
   /**
    * Gives the free pages of the C library's heap back to the kernel (malloc_trim), off the JS
@@ -266,6 +273,10 @@ export class NativeNetAddon implements NetAddon {
 
   warmUp(): void {
     this.raw.warmUp();
+  }
+
+  threadCpuSeconds(): number {
+    return this.raw.threadCpuSeconds();
   }
 
   stats(): RawExecutorStats {

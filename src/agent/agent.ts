@@ -7,7 +7,7 @@ import { NativeNetAddon, type NetAddon } from '../addon/net-addon.js';
 import type { SeqpacketListener } from '../addon/seqpacket.js';
 import { PLUGIN_EVENT_SOCKET, PLUGIN_LOG_SOCKET, type PluginAddEvent } from '../cni/protocol.js';
 import { silentLogger, type Logger } from '../ops/log.js';
-import { BusyLoopCpu, threadCpuClock } from '../ops/busy-loop-cpu.js';
+import { BusyLoopCpu } from '../ops/busy-loop-cpu.js';
 import { AgentMetrics, MetricsServer } from '../ops/metrics.js';
 import { describeDrift } from '../rules/drift.js';
 import { IptablesInpodRules } from '../rules/iptables-manager.js';
@@ -151,10 +151,12 @@ export class Agent {
     );
     // A burst of pods leaves its freed memory in the C library's arenas: handed back as it ends or once quiet.
     this.#heap = new IdleHeapRelease(() => this.addon.releaseFreeHeap(), this.#log, deps.heapRelease);
-    const clock = threadCpuClock();
-    const loopCpu = clock ? new BusyLoopCpu(clock, metrics.busyLoopCpu()) : undefined;
+    const loopCpu = new BusyLoopCpu(
+      () => this.addon.threadCpuSeconds(),
+      (seconds) => metrics.podEventsLoopCpu.inc(seconds),
+    );
     this.#load = new LoadPhases((phase, previous) => {
-      loopCpu?.phase(phase, previous);
+      loopCpu.phase(phase, previous);
       if (phase !== 'idle') this.#heap.busy();
       else if (previous === 'burst') this.#heap.idleAfterBurst();
       else this.#heap.idle();

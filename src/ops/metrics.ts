@@ -101,6 +101,13 @@ export class AgentMetrics {
     registers: [this.registry],
   });
 
+  /** The event loop's own CPU time while pod events were in flight (src/ops/busy-loop-cpu.ts). */
+  readonly podEventsLoopCpu = new Counter({
+    name: 'ambient_node_agent_pod_events_loop_cpu_seconds_total',
+    help: "The event loop's own CPU time (its thread clock: user + kernel) while pod events were in flight",
+    registers: [this.registry],
+  });
+
   #processMetrics = false;
 
   /** Refreshes the netns-thread counters from one reading of the addon (netnsThreads). */
@@ -147,23 +154,6 @@ export class AgentMetrics {
       queueWait.inc(now.queueWaitSeconds);
       results.inc(now.resultsDelivered);
       resultWait.inc(now.resultWaitSeconds);
-    };
-  }
-
-  /**
-   * The event loop's own CPU time while pod events were in flight (src/ops/busy-loop-cpu.ts), by
-   * mode (user, system); registered only where the runtime reads its thread's clock.
-   */
-  busyLoopCpu(): (userSeconds: number, systemSeconds: number) => void {
-    const cpu = new Counter({
-      name: 'ambient_node_agent_pod_events_loop_cpu_seconds_total',
-      help: "The event loop's own CPU time (its thread clock) while pod events were in flight, by mode (user, system)",
-      labelNames: ['mode'],
-      registers: [this.registry],
-    });
-    return (user, system) => {
-      cpu.inc({ mode: 'user' }, user);
-      cpu.inc({ mode: 'system' }, system);
     };
   }
 

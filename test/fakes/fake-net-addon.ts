@@ -144,6 +144,15 @@ export class FakeNetAddon implements NetAddon {
 
   warmUp(): void {}
 
+  /** What each threadCpuSeconds() call adds to the fake thread clock (the fake takes no time unless told). */
+  cpuSecondsPerRead = 0;
+  #threadCpu = 0;
+
+  threadCpuSeconds(): number {
+    this.#threadCpu += this.cpuSecondsPerRead;
+    return this.#threadCpu;
+  }
+
   /** Every releaseFreeHeap() call. */
   heapReleases = 0;
 

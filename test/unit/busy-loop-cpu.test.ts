@@ -1,16 +1,16 @@
 // The event loop's CPU while pod events are in flight (src/ops/busy-loop-cpu.ts).
 import { describe, expect, it } from 'vitest';
-import { BusyLoopCpu, threadCpuClock, type ThreadCpu } from '../../src/ops/busy-loop-cpu.js';
+import { BusyLoopCpu } from '../../src/ops/busy-loop-cpu.js';
 import { AgentMetrics } from '../../src/ops/metrics.js';
 import { LoadPhases } from '../../src/runtime/load-phases.js';
 
-/** A clock the test moves, and the spells the meter reported. */
-function metered(): { load: LoadPhases; clock: ThreadCpu; spells: Array<[number, number]> } {
-  const clock: ThreadCpu = { user: 0, system: 0 };
-  const spells: Array<[number, number]> = [];
+/** A clock the test moves (seconds), and the spells the meter reported. */
+function metered(): { load: LoadPhases; clock: { now: number }; spells: number[] } {
+  const clock = { now: 0 };
+  const spells: number[] = [];
   const meter = new BusyLoopCpu(
-    () => ({ ...clock }),
-    (user, system) => spells.push([user, system]),
+    () => clock.now,
+    (seconds) => spells.push(seconds),
   );
   return { load: new LoadPhases((phase, previous) => meter.phase(phase, previous)), clock, spells };
 }
@@ -18,48 +18,34 @@ function metered(): { load: LoadPhases; clock: ThreadCpu; spells: Array<[number,
 describe('BusyLoopCpu', () => {
   it('counts a sequential event from its arrival to its answer, and nothing while idle', () => {
     const { load, clock, spells } = metered();
-    clock.user = 5_000; // idle work before the event: not counted
+    clock.now = 5; // idle work before the event: not counted
     load.inFlight(1);
-    clock.user += 1_100;
-    clock.system += 150;
+    clock.now += 0.00125;
     load.inFlight(0);
-    clock.user += 9_000; // a scrape between two pods: not counted
-    expect(spells).toEqual([[0.0011, 0.00015]]);
+    clock.now += 0.009; // a scrape between two pods: not counted
+    load.inFlight(1);
+    clock.now += 0.001;
+    load.inFlight(0);
+    expect(spells.map((s) => s.toFixed(5))).toEqual(['0.00125', '0.00100']);
   });
 
   it('counts a burst once, from the first event in until the last is answered', () => {
     const { load, clock, spells } = metered();
     load.inFlight(1);
-    clock.user += 1_000;
+    clock.now += 0.001;
     load.inFlight(2); // lone -> burst: the same spell goes on
-    clock.user += 2_000;
+    clock.now += 0.002;
     load.inFlight(1);
-    clock.system += 500;
+    clock.now += 0.0005;
     load.inFlight(0);
-    expect(spells).toEqual([[0.003, 0.0005]]);
+    expect(spells.map((s) => s.toFixed(4))).toEqual(['0.0035']);
   });
 
-  it("reads the running thread's own clock where the runtime has one (Node >= 23.9)", () => {
-    const clock = threadCpuClock();
-    const has = typeof (process as { threadCpuUsage?: unknown }).threadCpuUsage === 'function';
-    expect(clock !== undefined).toBe(has);
-    if (!clock) return;
-    const before = clock();
-    let spin = 0;
-    for (const end = Date.now() + 20; Date.now() < end;) spin++;
-    const after = clock();
-    expect(spin).toBeGreaterThan(0);
-    // 20 ms of spinning on this thread: the sum is exact, the split between user and system is sampled.
-    expect(after.user + after.system - before.user - before.system).toBeGreaterThanOrEqual(15_000);
-  });
-
-  it('exports the spells as one counter by mode', async () => {
+  it('exports the spells as one counter', async () => {
     const metrics = new AgentMetrics();
-    const add = metrics.busyLoopCpu();
-    add(0.0011, 0.00015);
-    add(0.001, 0);
+    metrics.podEventsLoopCpu.inc(0.00125);
+    metrics.podEventsLoopCpu.inc(0.001);
     const text = await metrics.registry.metrics();
-    expect(text).toContain('ambient_node_agent_pod_events_loop_cpu_seconds_total{mode="user"} 0.0021');
-    expect(text).toContain('ambient_node_agent_pod_events_loop_cpu_seconds_total{mode="system"} 0.00015');
+    expect(text).toContain('ambient_node_agent_pod_events_loop_cpu_seconds_total 0.00225');
   });
 });
