@@ -195,7 +195,7 @@ export interface HistogramState {
   buckets: Array<[le: number, count: number]>;
   /** The netns threads' totals of the same scrape (src/ops/metrics.ts netnsThreads), in the addon's own shape. */
   threads: ThreadTotals;
-  /** The event loop's own CPU while pod events were in flight, seconds (src/ops/busy-loop-cpu.ts); absent before its first increment. */
+  /** The event loop's own CPU while pod events were in flight, seconds (src/ops/busy-loop-cpu.ts); absent from an agent without that metric. */
   loopCpu?: number;
 }
 

@@ -12,7 +12,7 @@
 //    old single-exec rows); 6. output: markdown + SVG CDF under bench/results/.
 // Usage: BENCH_PODS=200 node dist/bench/node.js   (root)
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { constants as osConstants, cpus, release } from 'node:os';
 import { join } from 'node:path';
 
@@ -51,9 +51,11 @@ import {
   execTool,
   inRoundOfNamespaces,
   NetnsPool,
+  resultPath,
   summarize,
   timeMs,
   useAddonSpawner,
+  writeResult,
   type Summary,
 } from './support.js';
 import { ztunnelRestartPhase, ztunnelRestartRows, type ZtunnelRestartResult } from './ztunnel-restart.js';
@@ -579,7 +581,7 @@ function earlierLines(): string[] {
   const out: string[] = [];
   for (const name of ['rules-latest.json', 'plugin-latest.json']) {
     try {
-      const saved = JSON.parse(readFileSync(join(projectRoot(), 'bench', 'results', name), 'utf8')) as { at: string; lines: string[] };
+      const saved = JSON.parse(readFileSync(resultPath(name), 'utf8')) as { at: string; lines: string[] };
       if (Date.now() - Date.parse(saved.at) < 3600_000) out.push(...saved.lines);
     } catch {
       // not run in this `npm run bench`
@@ -599,16 +601,14 @@ function burstRows(label: string, b: BurstResult | undefined, count = BURST): st
 }
 
 function writeOutputs(r: Results, markdown: string): void {
-  const dir = join(projectRoot(), 'bench', 'results');
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'node-latest.md'), `${markdown}\n`);
+  writeResult('node-latest.md', `${markdown}\n`);
   const svg = cdfSvg(`Per-pod onboarding CDF: ours vs Istio exec (${r.pods} pods)`, [
     { label: 'ours: chained CNI ADD end to end', color: '#1f77b4', samples: r.total },
     { label: 'ours: agent share (incl. ZDS ack)', color: '#2ca02c', samples: r.agent },
     { label: "Istio's sequence (iptables) + ack", color: '#d62728', samples: r.baseline.istioIpt },
     { label: "Istio's sequence (knftables) + ack", color: '#ff7f0e', samples: r.baseline.istioNft },
   ]);
-  writeFileSync(join(dir, 'onboarding-cdf.svg'), svg);
+  writeResult('onboarding-cdf.svg', svg);
 }
 
 // ---- main ----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@
 // interleaved, with the order rotated every iteration.
 // Usage: [BENCH_EXECS=300] node dist/bench/plugin.js   (root: the addon enters the bench's own netns)
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { cpus, release, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,7 +19,7 @@ import { NativeNetAddon, type NetnsHandle } from '../src/addon/net-addon.js';
 import { PLUGIN_EVENT_SOCKET, ROUTE_ADD } from '../src/cni/protocol.js';
 import { pluginEntry } from '../src/cni-install/plugin-config.js';
 import { projectRoot } from '../src/project-root.js';
-import { elapsedMs, formatTable, summarize, summaryRow, useAddonSpawner, type Summary } from './support.js';
+import { elapsedMs, formatTable, summarize, summaryRow, useAddonSpawner, writeResult, type Summary } from './support.js';
 
 const TARGET_RATIO = 1.5;
 const WARMUP = 10;
@@ -216,9 +216,7 @@ async function main(): Promise<void> {
 
 /** Kept for bench:node, which repeats every target line at the very end of `npm run bench`. */
 function writeLatest(lines: string[]): void {
-  const dir = join(projectRoot(), 'bench', 'results');
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'plugin-latest.json'), `${JSON.stringify({ at: new Date().toISOString(), lines }, null, 2)}\n`);
+  writeResult('plugin-latest.json', `${JSON.stringify({ at: new Date().toISOString(), lines }, null, 2)}\n`);
 }
 
 main().catch((err: unknown) => {

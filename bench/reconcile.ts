@@ -9,12 +9,10 @@
 // netns for its ruleset generation every NFT_POLL_MS (the agent's default), so a flush waits for
 // the next ask: detection is bounded by the poll, the cost is the asks.
 import { execFile, execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { cpus, release } from 'node:os';
-import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { NativeNetAddon } from '../src/addon/net-addon.js';
-import { projectRoot } from '../src/project-root.js';
 import { NFT_POLL_MS } from '../src/addon/netns-watch.js';
 import { reconcileRegisteredPods } from '../src/reconcile/pod-targets.js';
 import { Reconciler } from '../src/reconcile/reconciler.js';
@@ -24,6 +22,7 @@ import { NftablesInpodRules } from '../src/rules/nftables-manager.js';
 import { defaultRuleSettings, NO_OVERRIDES } from '../src/rules/settings.js';
 import { mapLimit } from '../src/util/map-limit.js';
 import { PodRegistry } from '../src/zds/registry.js';
+import { writeResult } from './support.js';
 
 const run = promisify(execFile);
 const PODS = Number(process.env['BENCH_PODS'] ?? 100);
@@ -115,8 +114,6 @@ async function main(): Promise<void> {
 function writeReconcileResult(table: string[]): void {
   const custom = ['BENCH_PODS', 'BENCH_FLUSHES', 'BENCH_IDLE_SECONDS'].filter((k) => process.env[k] !== undefined);
   if (custom.length > 0) return void console.log(`(${custom.join(', ')} set: bench/results not updated)`);
-  const dir = join(projectRoot(), 'bench', 'results');
-  mkdirSync(dir, { recursive: true });
   const header = [
     '# ambient-node-agent live reconciliation benchmark',
     '',
@@ -125,7 +122,7 @@ function writeReconcileResult(table: string[]): void {
     `\`npm run bench:reconcile\` with its defaults: ${PODS} pods in real namespaces with the agent's rules, watched by the live reconciler with the agent's nftables generation poll (${NFT_POLL_MS} ms); first ${IDLE_S} s with every pod watched and nothing changing (the process's utime + stime), then ${FLUSHES} \`nft flush ruleset\` runs, one pod at a time, each at a random phase of the poll, timed from the flushing process's exit to the end of the repair.`,
     '',
   ];
-  writeFileSync(join(dir, 'reconcile-latest.md'), `${[...header, ...table].join('\n')}\n`);
+  writeResult('reconcile-latest.md', `${[...header, ...table].join('\n')}\n`);
 }
 
 await main();

@@ -6,8 +6,6 @@
 // default) and off.
 // Usage: BENCH_PODS=200 [BENCH_IPV6=1|0] node dist/bench/rules.js   (root; creates namespaces only)
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { constants as osConstants, cpus, release } from 'node:os';
 
 import { NativeNetAddon, type NetnsIdentity } from '../src/addon/net-addon.js';
@@ -29,7 +27,6 @@ import { routingApplySteps } from '../src/rules/routing.js';
 import { LISTENER_ROWS, measureListenerTax } from './listener-tax.js';
 import { describeIstioSequence, runIstioSequence, type IstioBackend, type IstioInputs } from './istio-sequences.js';
 import { defaultRuleSettings, NO_OVERRIDES } from '../src/rules/settings.js';
-import { projectRoot } from '../src/project-root.js';
 import { readIstioGolden } from '../test/fixtures/istio-golden.js';
 import {
   type BenchNetns,
@@ -44,6 +41,7 @@ import {
   summarize,
   summaryRow,
   timeMs,
+  writeResult,
 } from './support.js';
 
 const MIN_PODS = 200;
@@ -558,11 +556,9 @@ async function main(): Promise<void> {
 
 /** Kept for bench:node, which repeats every target line at the very end of `npm run bench`. */
 function writeRulesResult(results: Array<{ ipv6: boolean; ratios: Ratios }>, printed: string[]): void {
-  const dir = join(projectRoot(), 'bench', 'results');
-  mkdirSync(dir, { recursive: true });
-  if (process.env['BENCH_PODS'] === undefined) writeFileSync(join(dir, 'rules-latest.txt'), `${printed.join('\n')}\n`);
-  writeFileSync(
-    join(dir, 'rules-latest.json'),
+  if (process.env['BENCH_PODS'] === undefined) writeResult('rules-latest.txt', `${printed.join('\n')}\n`);
+  writeResult(
+    'rules-latest.json',
     `${JSON.stringify({ at: new Date().toISOString(), lines: targetLines(results).filter((l) => /^[a-z0-9_]+=/.test(l)) }, null, 2)}\n`,
   );
 }

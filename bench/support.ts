@@ -1,7 +1,23 @@
-// Helpers for the rule-install benchmark: throw-away network namespaces, exec'ing a tool with
-// stdin, and percentile tables. Every external command is an argv array (no shell anywhere).
+// Helpers for the benchmarks: throw-away network namespaces, exec'ing a tool with stdin,
+// percentile tables and the results folder. Every external command is an argv array (no shell
+// anywhere).
 import { execFileSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { NetAddon, NetnsHandle } from '../src/addon/net-addon.js';
+import { projectRoot } from '../src/project-root.js';
+
+/** A file of bench/results/, where every bench keeps its latest run. */
+export function resultPath(name: string): string {
+  return join(projectRoot(), 'bench', 'results', name);
+}
+
+/** Writes (replaces) a file of bench/results/, creating the folder if needed. */
+export function writeResult(name: string, text: string): void {
+  const path = resultPath(name);
+  mkdirSync(join(path, '..'), { recursive: true });
+  writeFileSync(path, text);
+}
 
 export interface BenchNetns {
   name: string;
